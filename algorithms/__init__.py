@@ -1,0 +1,7 @@
+"""Algorithms, one per page: config, pure loss, plan. Importing this package registers them."""
+
+from algorithms.a2c import A2C, A2CConfig
+from algorithms.a3c import A3C, A3CConfig
+from algorithms.ppo import PPO, PPOConfig
+
+__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "PPO", "PPOConfig"]

@@ -1,0 +1,99 @@
+"""A2C: synchronous advantage actor-critic (Mnih et al., 2016, "Asynchronous Methods
+for Deep Reinforcement Learning", the synchronous variant), with GAE (Schulman et
+al., 2016, "High-Dimensional Continuous Control Using Generalized Advantage Estimation").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import chex
+import distrax
+import jax
+import jax.numpy as jnp
+import rlax
+
+from jaxflow import (
+    AlgorithmSpec,
+    BroadcastWeights,
+    CommonConfig,
+    ConcatBatches,
+    ParallelRollouts,
+    ReportMetrics,
+    TrainOneStep,
+    register_algorithm,
+)
+from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class A2CConfig(CommonConfig):
+    """A2C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
+
+    num_envs_per_worker: int = param(8, POSITIVE)
+    """Environments stepped in lockstep by each worker."""
+    rollout_fragment_length: int = param(16, POSITIVE)
+    """Time steps T per fragment."""
+    train_batch_size: int = param(256, POSITIVE)
+    """Env steps per gradient step; fragments are joined until there are at least this many."""
+    lr: float = param(2e-3, POSITIVE)
+    """Adam learning rate."""
+    gae_lambda: float = param(0.95, UNIT)
+    """GAE's lambda (1 gives n-step returns)."""
+    vf_coef: float = param(0.5, NON_NEGATIVE)
+    """Weight of the value loss."""
+    ent_coef: float = param(0.01, NON_NEGATIVE)
+    """Weight of the entropy bonus."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.train_batch_size >= self.rollout_fragment_length,
+                f"train_batch_size ({self.train_batch_size}) must be >= rollout_fragment_length ({self.rollout_fragment_length}).")
+
+
+def gae(r_t: Array, discount_t: Array, v_t: Array, bootstrap_value: Array, lambda_: float) -> tuple[Array, Array]:
+    """GAE advantages and value targets of time-major ``[T, B]`` arrays (Schulman et al., 2016).
+
+    ``discount_t`` is 0 where an episode ended; a truncation's bootstrap value is
+    already in its reward (see ``RolloutWorker.sample``).
+    """
+    chex.assert_rank([r_t, discount_t, v_t, bootstrap_value], [2, 2, 2, 1])
+    chex.assert_equal_shape([r_t, discount_t, v_t])
+    values = jnp.concatenate([v_t, bootstrap_value[None]], axis=0)
+    adv_t = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=(1, 1, None, 1), out_axes=1)(
+        r_t, discount_t, lambda_, values
+    )
+    return adv_t, adv_t + v_t
+
+
+def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
+    """Worker-side: adds ``advantages`` and ``value_targets``; keeps what the losses read."""
+    adv, targets = gae(traj["rewards"], traj["discounts"], traj["values"], traj["bootstrap_value"], config.gae_lambda)
+    keep = ("obs", "actions", "logp", "values")
+    return dict({k: traj[k] for k in keep}, advantages=adv, value_targets=targets)
+
+
+def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any) -> tuple[Array, dict[str, Array]]:
+    """Advantage actor-critic loss on a flat batch: policy gradient + value regression - entropy."""
+    del rng
+    logits, v = apply_fn(params, batch["obs"])
+    chex.assert_equal_shape([v, batch["value_targets"]])
+    pg_loss = rlax.policy_gradient_loss(logits, batch["actions"], batch["advantages"], jnp.ones_like(v))
+    value_loss = 0.5 * jnp.mean(jnp.square(batch["value_targets"] - v))
+    entropy = jnp.mean(distrax.Categorical(logits=logits).entropy())
+    total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy}
+
+
+def plan(workers, learner, config: A2CConfig):
+    # (1) all workers sample in lockstep with the current weights; join fragments into a train batch
+    batches = ParallelRollouts(workers, mode="bulk_sync").combine(ConcatBatches(config.train_batch_size))
+    # (2) one synchronous gradient step, then every worker gets the new weights
+    train = batches.for_each(TrainOneStep(learner)).for_each(BroadcastWeights(learner, workers))
+    return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
+
+
+A2C = register_algorithm(AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess))

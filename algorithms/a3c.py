@@ -1,0 +1,44 @@
+"""A3C: asynchronous advantage actor-critic (Mnih et al., 2016, "Asynchronous Methods
+for Deep Reinforcement Learning"). Workers compute gradients of A2C's loss on their
+own fragments; the learner applies them one worker at a time and sends the new
+weights back to that worker alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from algorithms.a2c import loss, postprocess
+from jaxflow import AlgorithmSpec, ApplyGradients, CommonConfig, ComputeGradients, ParallelRollouts, ReportMetrics, register_algorithm
+from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param
+
+
+@dataclasses.dataclass(frozen=True)
+class A3CConfig(CommonConfig):
+    """A3C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
+
+    num_envs_per_worker: int = param(8, POSITIVE)
+    """Environments stepped in lockstep by each worker."""
+    rollout_fragment_length: int = param(16, POSITIVE)
+    """Time steps T per fragment; one gradient per fragment."""
+    lr: float = param(1e-3, POSITIVE)
+    """Adam learning rate."""
+    gae_lambda: float = param(0.95, UNIT)
+    """GAE's lambda."""
+    vf_coef: float = param(0.5, NON_NEGATIVE)
+    """Weight of the value loss."""
+    ent_coef: float = param(0.01, NON_NEGATIVE)
+    """Weight of the entropy bonus."""
+    min_env_steps_per_iteration: int = param(2000, NON_NEGATIVE)
+    """A training iteration applies gradients until this many env steps were sampled."""
+
+
+def plan(workers, learner, config: A3CConfig):
+    # (1) each worker samples and computes gradients on its own fragment
+    grads = ParallelRollouts(workers, mode="raw").par_for_each(ComputeGradients()).gather_async()
+    # (2) apply them as they arrive; only the worker that sent them gets the new weights
+    train = grads.for_each(ApplyGradients(learner, workers))
+    return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
+
+
+A3C = register_algorithm(AlgorithmSpec("A3C", A3CConfig, loss, plan, postprocess, gradients_on_workers=True))

@@ -1,0 +1,104 @@
+"""PPO: proximal policy optimization with the clipped surrogate objective (Schulman et
+al., 2017, "Proximal Policy Optimization Algorithms"), GAE advantages, optional value
+clipping, and minibatch epochs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import chex
+import distrax
+import jax
+import jax.numpy as jnp
+import rlax
+
+from algorithms.a2c import postprocess
+from jaxflow import (
+    AlgorithmSpec,
+    BroadcastWeights,
+    CommonConfig,
+    ConcatBatches,
+    ParallelRollouts,
+    ReportMetrics,
+    StandardizeFields,
+    TrainOneStep,
+    register_algorithm,
+)
+from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(CommonConfig):
+    """PPO settings (plus :class:`~jaxflow.config.CommonConfig`)."""
+
+    num_envs_per_worker: int = param(8, POSITIVE)
+    """Environments stepped in lockstep by each worker."""
+    rollout_fragment_length: int = param(64, POSITIVE)
+    """Time steps T per fragment."""
+    train_batch_size: int = param(1024, POSITIVE)
+    """Env steps per training iteration; fragments are joined until there are at least this many."""
+    minibatch_size: int = param(256, POSITIVE)
+    """Samples per SGD step."""
+    num_epochs: int = param(8, POSITIVE)
+    """Passes over each train batch."""
+    lr: float = param(1e-3, POSITIVE)
+    """Adam learning rate."""
+    clip_eps: float = param(0.2, POSITIVE)
+    """Clipping of the probability ratio, epsilon in the paper; must be > 0."""
+    vf_clip: float = param(0.0, NON_NEGATIVE)
+    """Clip value updates to this distance from the behaviour values (0: no value clipping)."""
+    gae_lambda: float = param(0.95, UNIT)
+    """GAE's lambda."""
+    vf_coef: float = param(0.5, NON_NEGATIVE)
+    """Weight of the value loss."""
+    ent_coef: float = param(0.0, NON_NEGATIVE)
+    """Weight of the entropy bonus."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.minibatch_size <= self.train_batch_size,
+                f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).")
+
+
+def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any) -> tuple[Array, dict[str, Array]]:
+    """Clipped surrogate + (optionally clipped) value loss - entropy bonus, on a flat batch."""
+    del rng
+    logits, v = apply_fn(params, batch["obs"])
+    chex.assert_equal_shape([v, batch["value_targets"], batch["logp"]])
+    dist = distrax.Categorical(logits=logits)
+    log_ratio = dist.log_prob(batch["actions"]) - batch["logp"]
+    ratio = jnp.exp(log_ratio)
+    pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch["advantages"], config.clip_eps)
+    value_err = jnp.square(v - batch["value_targets"])
+    if config.vf_clip > 0:
+        v_clipped = batch["values"] + jnp.clip(v - batch["values"], -config.vf_clip, config.vf_clip)
+        value_err = jnp.maximum(value_err, jnp.square(v_clipped - batch["value_targets"]))
+    value_loss = 0.5 * jnp.mean(value_err)
+    entropy = jnp.mean(dist.entropy())
+    total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return total, {
+        "policy_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "approx_kl": jnp.mean(ratio - 1.0 - log_ratio),
+        "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+    }
+
+
+def plan(workers, learner, config: PPOConfig):
+    # (1) all workers sample in lockstep; join fragments into a train batch, standardize advantages
+    batches = (ParallelRollouts(workers, mode="bulk_sync")
+               .combine(ConcatBatches(config.train_batch_size))
+               .for_each(StandardizeFields(["advantages"])))
+    # (2) minibatch SGD epochs on the learner's devices, then every worker gets the new weights
+    train = batches.for_each(TrainOneStep(learner)).for_each(BroadcastWeights(learner, workers))
+    return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
+
+
+PPO = register_algorithm(
+    AlgorithmSpec("PPO", PPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_size))
+)

@@ -1,0 +1,123 @@
+"""One registry for every environment jaxflow runs: `make("CartPole-v1")`.
+
+Ids come in two kinds:
+
+* ``"gymnasium"`` -- CPU environments following the gymnasium API (every id in
+  gymnasium's own registry, e.g. ``"CartPole-v1"``), stepped by rollout workers.
+* ``"gymnax"`` -- environments written in JAX, named ``"gymnax/<id>"`` (e.g.
+  ``"gymnax/CartPole-v1"``). ``make`` returns ``(env, env_params)`` for them;
+  ``make_cpu`` wraps them as a gymnasium env so Ray rollout workers can run them too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, Callable, Literal, NamedTuple
+
+import gymnasium
+
+GYMNAX_PREFIX = "gymnax/"
+
+
+class EnvContext(NamedTuple):
+    """Where an environment instance lives; passed to factories so a run can give
+    each copy its own seed and so test environments can misbehave in one place only."""
+
+    worker_index: int = 0
+    vector_index: int = 0
+    incarnation: int = 0
+    seed: int = 0
+
+
+class UnknownEnvError(KeyError):
+    """An id that no registry knows; the message lists the closest known ids."""
+
+    def __str__(self) -> str:  # KeyError would quote the message.
+        return str(self.args[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvEntry:
+    id: str
+    kind: Literal["gymnasium", "gymnax"]
+    factory: Callable[..., Any]
+    description: str = ""
+
+
+_EXTRA: dict[str, EnvEntry] = {}
+
+
+def register(env_id: str, factory: Callable[..., gymnasium.Env], description: str = "") -> None:
+    """Registers a CPU environment: ``factory(context: EnvContext, **kwargs) -> gymnasium.Env``."""
+    _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", factory, description)
+
+
+def _gymnax_ids() -> list[str]:
+    import gymnax
+
+    return [GYMNAX_PREFIX + name for name in gymnax.registered_envs]
+
+
+def list_envs(kind: str | None = None) -> list[str]:
+    """All known ids, sorted; ``kind`` filters to "gymnasium" or "gymnax"."""
+    ids: list[str] = []
+    if kind in (None, "gymnasium"):
+        ids += list(gymnasium.registry.keys()) + list(_EXTRA)
+    if kind in (None, "gymnax"):
+        ids += _gymnax_ids()
+    return sorted(set(ids))
+
+
+def entry(env_id: str) -> EnvEntry:
+    """The registry entry of ``env_id``; an unknown id raises with suggestions."""
+    if env_id in _EXTRA:
+        return _EXTRA[env_id]
+    if env_id.startswith(GYMNAX_PREFIX) and env_id in _gymnax_ids():
+        return EnvEntry(env_id, "gymnax", _make_gymnax)
+    if env_id in gymnasium.registry:
+        return EnvEntry(env_id, "gymnasium", _gymnasium_factory(env_id))
+    close = difflib.get_close_matches(env_id, list_envs(), n=5, cutoff=0.5)
+    hint = f" Did you mean one of {close}?" if close else ""
+    raise UnknownEnvError(
+        f"Unknown environment {env_id!r}.{hint} Run `jaxflow list` to see every id."
+    )
+
+
+def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
+    """Creates an environment.
+
+    Returns a ``gymnasium.Env`` for CPU ids and ``(env, env_params)`` for gymnax ids.
+    """
+    e = entry(env_id)
+    if e.kind == "gymnax":
+        return _make_gymnax(env_id, **kwargs)
+    return e.factory(context or EnvContext(), **kwargs)
+
+
+def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> gymnasium.Env:
+    """A gymnasium env for any id: gymnax envs are wrapped to step on the CPU."""
+    e = entry(env_id)
+    if e.kind == "gymnax":
+        from envs.gymnax_cpu import GymnaxCPUEnv
+
+        env, params = _make_gymnax(env_id, **kwargs)
+        return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
+    return e.factory(context or EnvContext(), **kwargs)
+
+
+def _gymnasium_factory(env_id: str) -> Callable[..., gymnasium.Env]:
+    def factory(context: EnvContext, **kwargs: Any) -> gymnasium.Env:
+        del context
+        return gymnasium.make(env_id, **kwargs)
+
+    return factory
+
+
+def _make_gymnax(env_id: str, **kwargs: Any):
+    import gymnax
+
+    env, params = gymnax.make(env_id[len(GYMNAX_PREFIX):])
+    if kwargs:
+        params = params.replace(**kwargs)
+    return env, params

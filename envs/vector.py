@@ -1,0 +1,156 @@
+"""A vector of CPU environments stepped in lockstep, for rollout workers."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnasium
+import numpy as np
+
+from envs.registry import EnvContext, make_cpu
+
+
+class EnvSpaceError(ValueError):
+    """An environment produced an observation, or was given an action, outside its space."""
+
+
+class VectorStep(NamedTuple):
+    """One step of B environments.
+
+    ``obs`` is what the policy sees next (a fresh reset observation where an
+    episode ended); ``final_obs`` is the last observation of an ended episode
+    (equal to ``obs`` elsewhere), which a learner needs to bootstrap truncations.
+    """
+
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray
+
+
+class VectorEnv:
+    """B copies of one environment with auto-reset and episode statistics.
+
+    Example:
+        >>> venv = VectorEnv("CartPole-v1", num_envs=4, seed=0)
+        >>> obs = venv.reset()
+        >>> step = venv.step(np.zeros(4, np.int64))
+        >>> obs.shape, step.reward.shape
+        ((4, 4), (4,))
+
+    Spaces are checked on the first reset and the first step: an observation or
+    action outside the declared space raises :class:`EnvSpaceError` naming the env.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        seed: int,
+        env_config: dict[str, Any] | None = None,
+        worker_index: int = 0,
+        incarnation: int = 0,
+    ):
+        self.env_id = env_id
+        self.num_envs = num_envs
+        self._seed = seed
+        self.envs = [
+            make_cpu(env_id, EnvContext(worker_index, i, incarnation, seed + i), **(env_config or {}))
+            for i in range(num_envs)
+        ]
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self._obs_dtype = _obs_dtype(self.observation_space)
+        self._returns = np.zeros(num_envs, np.float64)
+        self._lengths = np.zeros(num_envs, np.int64)
+        self._done_returns: list[float] = []
+        self._done_lengths: list[int] = []
+        self._checked_step = False
+
+    def reset(self) -> np.ndarray:
+        obs = [env.reset(seed=self._seed + i)[0] for i, env in enumerate(self.envs)]
+        for o in obs:
+            self._check_obs(o, "reset()")
+        self._returns[:] = 0.0
+        self._lengths[:] = 0
+        return np.stack(obs).astype(self._obs_dtype, copy=False)
+
+    def step(self, actions: np.ndarray) -> VectorStep:
+        if not self._checked_step:
+            for a in actions:
+                self._check_action(a)
+        n = self.num_envs
+        next_obs, final_obs = [None] * n, [None] * n
+        reward = np.empty(n, np.float32)
+        terminated = np.empty(n, bool)
+        truncated = np.empty(n, bool)
+        for i, (env, a) in enumerate(zip(self.envs, actions)):
+            o, r, te, tr, _ = env.step(a.item() if isinstance(self.action_space, gymnasium.spaces.Discrete) else a)
+            if not self._checked_step:
+                self._check_obs(o, "step()")
+            reward[i], terminated[i], truncated[i] = r, te, tr
+            final_obs[i] = o
+            if te or tr:
+                o, _ = env.reset()
+            next_obs[i] = o
+        self._checked_step = True
+        self._returns += reward
+        self._lengths += 1
+        ended = terminated | truncated
+        if ended.any():
+            self._done_returns.extend(self._returns[ended].tolist())
+            self._done_lengths.extend(self._lengths[ended].tolist())
+            self._returns[ended] = 0.0
+            self._lengths[ended] = 0
+        return VectorStep(
+            np.stack(next_obs).astype(self._obs_dtype, copy=False),
+            reward,
+            terminated,
+            truncated,
+            np.stack(final_obs).astype(self._obs_dtype, copy=False),
+        )
+
+    def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns and lengths of the episodes completed since the last call."""
+        out = np.asarray(self._done_returns, np.float32), np.asarray(self._done_lengths, np.int32)
+        self._done_returns, self._done_lengths = [], []
+        return out
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def _check_obs(self, obs: Any, where: str) -> None:
+        space = self.observation_space
+        shape = getattr(space, "shape", None)
+        if shape is not None and np.shape(obs) != shape:
+            raise EnvSpaceError(
+                f"Environment {self.env_id!r} returned an observation of shape {np.shape(obs)} "
+                f"from {where}, but its observation_space is {space} (shape {shape})."
+            )
+        if not space.contains(np.asarray(obs, dtype=getattr(space, "dtype", None))):
+            raise EnvSpaceError(
+                f"Environment {self.env_id!r} returned an observation outside its "
+                f"observation_space {space} from {where}: {obs!r}"
+            )
+
+    def _check_action(self, action: Any) -> None:
+        space = self.action_space
+        if isinstance(space, gymnasium.spaces.Discrete):
+            ok = np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer) and space.contains(
+                np.int64(action)
+            )
+        else:
+            ok = space.contains(np.asarray(action, dtype=space.dtype))
+        if not ok:
+            raise EnvSpaceError(
+                f"Action {action!r} is outside the action space of environment {self.env_id!r}: "
+                f"expected an element of {space}."
+            )
+
+
+def _obs_dtype(space: gymnasium.Space) -> np.dtype:
+    if isinstance(space, gymnasium.spaces.Box) and space.dtype == np.uint8:
+        return np.dtype(np.uint8)
+    return np.dtype(np.float32)

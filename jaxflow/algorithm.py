@@ -1,0 +1,240 @@
+"""An algorithm run as an object: build from a name or a config, ``train()``, ``save``,
+``restore``, ``evaluate``, ``stop`` -- the Python API the CLI is written on.
+
+Algorithms register an :class:`AlgorithmSpec` (config class, pure loss, optional
+worker-side postprocessing, plan); jaxflow looks them up by name and never
+imports them directly, so the dependency still points from ``algorithms`` to
+``jaxflow``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import importlib
+import logging
+import os
+from typing import Any, Callable
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import envs
+from jaxflow import checkpoint
+from jaxflow.config import ConfigError, from_json_dict, to_json_dict
+from jaxflow.learner import Learner, make_optimizer
+from jaxflow.metrics import Context
+from jaxflow.networks import MLPActorCritic, greedy_action
+from jaxflow.workers import WorkerSet, WorkerSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+    """What an algorithm page registers.
+
+    ``loss(params, batch, rng, *, apply_fn, config) -> (loss, metrics)`` on a flat batch;
+    ``postprocess(traj, config) -> traj`` runs on the rollout workers (e.g. GAE);
+    ``plan(workers, learner, config)`` returns the iterator of training results;
+    ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
+    ``gradients_on_workers`` gives the workers the loss (A3C).
+    """
+
+    name: str
+    config_cls: type
+    loss: Callable[..., Any]
+    plan: Callable[..., Any]
+    postprocess: Callable[..., Any] | None = None
+    sgd: Callable[[Any], tuple[int, int | None]] = lambda config: (1, None)
+    gradients_on_workers: bool = False
+
+
+_ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    _ALGORITHMS[spec.name.upper()] = spec
+    return spec
+
+
+def _load_builtin() -> None:
+    importlib.import_module("algorithms")
+
+
+def list_algorithms() -> list[str]:
+    _load_builtin()
+    return sorted(spec.name for spec in _ALGORITHMS.values())
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    """The registered algorithm called ``name`` (case-insensitive)."""
+    _load_builtin()
+    spec = _ALGORITHMS.get(name.upper())
+    if spec is None:
+        close = difflib.get_close_matches(name.upper(), list(_ALGORITHMS), n=3, cutoff=0.4)
+        hint = f" Did you mean {close}?" if close else ""
+        raise ConfigError(f"Unknown algorithm {name!r}.{hint} Available: {', '.join(list_algorithms())}.")
+    return spec
+
+
+def _spec_of(config: Any) -> AlgorithmSpec:
+    _load_builtin()
+    for spec in _ALGORITHMS.values():
+        if type(config) is spec.config_cls:
+            return spec
+    raise ConfigError(f"No registered algorithm uses {type(config).__name__}.")
+
+
+def _spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
+    env = envs.make_cpu(config.env, **config.env_config)
+    spaces = env.observation_space, env.action_space
+    env.close()
+    if not isinstance(spaces[1], gymnasium.spaces.Discrete):
+        raise ConfigError(
+            f"Environment {config.env!r} has action space {spaces[1]}; the actor-critic policies here "
+            "support Discrete action spaces only."
+        )
+    if not isinstance(spaces[0], gymnasium.spaces.Box):
+        raise ConfigError(f"Environment {config.env!r} has observation space {spaces[0]}; a Box space is needed.")
+    return spaces
+
+
+def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[MLPActorCritic, Learner]:
+    """The network and a freshly initialised learner for ``config`` (no Ray needed)."""
+    obs_space, action_space = _spaces(config)
+    network = MLPActorCritic(int(action_space.n), tuple(config.hidden_sizes))
+    params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
+    num_epochs, minibatch_size = spec.sgd(config)
+    learner = Learner(
+        functools.partial(spec.loss, apply_fn=network.apply, config=config),
+        make_optimizer(config.lr, config.max_grad_norm),
+        params,
+        seed=config.seed,
+        num_epochs=num_epochs,
+        minibatch_size=minibatch_size,
+    )
+    return network, learner
+
+
+def init_ray(address: str | None = None) -> None:
+    """Starts an embedded local Ray, or connects to ``address`` (a Ray cluster)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+
+
+class Algorithm:
+    """One training run.
+
+    Example:
+        >>> algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=2)  # doctest: +SKIP
+        >>> result = algo.train()                                          # doctest: +SKIP
+        >>> path = algo.save("runs/ppo"); algo.stop()                      # doctest: +SKIP
+        >>> algo = Algorithm.restore("runs/ppo")                           # doctest: +SKIP
+    """
+
+    def __init__(self, config: Any, spec: AlgorithmSpec | None = None):
+        self.spec = spec or _spec_of(config)
+        self.config = config
+        self.network, self.learner = build_learner(config, self.spec)
+        init_ray()
+        worker_spec = WorkerSpec(
+            config, self.network, self.spec.postprocess, self.spec.loss if self.spec.gradients_on_workers else None
+        )
+        self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
+        self._results = self.spec.plan(self.workers, self.learner, config)
+        self.last_result: dict[str, Any] | None = None
+
+    @classmethod
+    def build(cls, algorithm: str | Any, **fields: Any) -> "Algorithm":
+        """From an algorithm name (plus config fields) or from a config object."""
+        if isinstance(algorithm, str):
+            spec = get_algorithm(algorithm)
+            return cls(spec.config_cls(**fields), spec)
+        return cls(dataclasses.replace(algorithm, **fields) if fields else algorithm)
+
+    @property
+    def context(self) -> Context:
+        return self._results.context
+
+    @property
+    def iteration(self) -> int:
+        return int(self.context.counters["training_iteration"])
+
+    def train(self) -> dict[str, Any]:
+        """Runs one training iteration and returns its result dict."""
+        self.last_result = next(self._results)
+        return self.last_result
+
+    def save(self, directory: str) -> str:
+        """Writes a checkpoint under ``directory``; returns its path."""
+        meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
+        return checkpoint.save(directory, self.iteration, self.learner.state, meta)
+
+    @classmethod
+    def restore(cls, path: str, **overrides: Any) -> "Algorithm":
+        """Rebuilds the run saved at ``path`` (a checkpoint or a directory of them).
+
+        ``overrides`` may change fields that do not change the learner's state,
+        e.g. ``num_workers``.
+        """
+        ckpt, meta = _find(path)
+        spec = get_algorithm(meta["algorithm"])
+        config = from_json_dict(spec.config_cls, meta["config"])
+        algo = cls(dataclasses.replace(config, **overrides) if overrides else config, spec)
+        algo.load(ckpt)
+        return algo
+
+    def load(self, path: str) -> None:
+        """Loads learner state and counters from a checkpoint into this run."""
+        ckpt, meta = _find(path)
+        self.learner.set_state(checkpoint.restore_state(ckpt, self.learner.state))
+        self.context.load_state(meta["context"])
+        self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None) -> dict[str, Any]:
+        """Runs the greedy policy for ``episodes`` episodes in the driver."""
+        return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
+
+    def stop(self) -> None:
+        self.workers.stop()
+
+
+def _find(path: str) -> tuple[str, dict[str, Any]]:
+    ckpt = checkpoint.latest(path)
+    if ckpt is None:
+        raise checkpoint.CheckpointError(f"No complete checkpoint under {os.path.abspath(path)!r}.")
+    return ckpt, checkpoint.load_meta(ckpt)
+
+
+def load_policy(path: str) -> tuple[Any, MLPActorCritic, Any]:
+    """``(config, network, params)`` of a checkpoint, without starting Ray."""
+    ckpt, meta = _find(path)
+    spec = get_algorithm(meta["algorithm"])
+    config = from_json_dict(spec.config_cls, meta["config"])
+    network, learner = build_learner(config, spec)
+    state = checkpoint.restore_state(ckpt, learner.state)
+    return config, network, jax.device_get(state.params)
+
+
+def evaluate_policy(config: Any, network: MLPActorCritic, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
+    """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes."""
+    seed = config.seed + 7_777_777 if seed is None else seed
+    env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
+    act = jax.jit(functools.partial(greedy_action, network.apply))
+    returns, lengths = [], []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed + e)
+        done, total, n = False, 0.0, 0
+        while not done:
+            action = int(act(params, np.asarray(obs, np.float32)[None])[0])
+            obs, r, terminated, truncated, _ = env.step(action)
+            total, n, done = total + float(r), n + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(n)
+    env.close()
+    r = np.asarray(returns)
+    return {"episodes": episodes, "return_mean": float(r.mean()), "return_std": float(r.std()), "returns": returns, "lengths": lengths}

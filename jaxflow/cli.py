@@ -1,0 +1,134 @@
+"""``jaxflow`` command line: train, evaluate, list."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Sequence
+
+from jaxflow.config import ConfigError, parse_value, with_overrides
+
+MODES = ("ray", "device")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxflow", description="Accelerator-first reinforcement learning.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train an algorithm (or resume a run)")
+    t.add_argument("--algo", help="algorithm name, case-insensitive (see `jaxflow list`)")
+    t.add_argument("--env", help="environment id (see `jaxflow list`)")
+    t.add_argument("--num-workers", type=int, help="Ray rollout workers (0: sample in this process)")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--stop", action="append", default=[], metavar="KEY=VALUE",
+                   help="stop at the first condition met; repeatable (training_iteration, env_steps_sampled, "
+                        "episode_return_mean, time_s)")
+    t.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a config field; repeatable")
+    t.add_argument("--logdir", help="where progress, TensorBoard events and checkpoints go")
+    t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
+    t.add_argument("--checkpoint-every", type=int, default=10, help="iterations between checkpoints (0: at the end only)")
+    t.add_argument("--mode", choices=MODES, default="ray", help="Ray rollout workers, or on-device rollouts")
+    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
+    t.add_argument("--quiet", action="store_true", help="no progress output")
+
+    e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
+    e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--seed", type=int)
+
+    sub.add_parser("list", help="algorithms and environments available")
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set takes FIELD=VALUE, got {item!r}.")
+        out[key.strip()] = value.strip()
+    for flag, field in (("env", "env"), ("num_workers", "num_workers"), ("seed", "seed")):
+        if getattr(args, flag) is not None:
+            out[field] = str(getattr(args, flag))
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    from jaxflow import checkpoint
+    from jaxflow.algorithm import Algorithm, get_algorithm, init_ray
+    from jaxflow.run import parse_stop, train
+
+    stop = parse_stop(args.stop) or {"training_iteration": 100.0}
+    if args.mode == "device":
+        raise ConfigError("--mode device (on-device rollouts for gymnax envs) is not available yet; use --mode ray.")
+    if args.resume:
+        logdir = args.resume
+        if checkpoint.latest(logdir) is None:
+            raise ConfigError(f"--resume {logdir!r}: no complete checkpoint there.")
+        spec = get_algorithm(checkpoint.load_meta(checkpoint.latest(logdir))["algorithm"])
+        overrides = {k: parse_value(spec.config_cls, k, v) for k, v in _overrides(args).items()}
+        print(f"jaxflow: resuming {spec.name} from {checkpoint.latest(logdir)}", flush=True)
+        init_ray(args.address)
+        algo = Algorithm.restore(logdir, **overrides)
+    else:
+        if not args.algo:
+            raise ConfigError("train needs --algo NAME (or --resume LOGDIR).")
+        spec = get_algorithm(args.algo)
+        config = with_overrides(spec.config_cls(), _overrides(args))  # validates before any actor starts
+        import envs
+
+        envs.entry(config.env)
+        logdir = args.logdir or os.path.join("runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
+        print(f"jaxflow: {spec.name} on {config.env}, mode ray ({config.num_workers} rollout workers), logdir {logdir}", flush=True)
+        init_ray(args.address)
+        algo = Algorithm(config, spec)
+    try:
+        result = train(algo, stop, logdir, args.checkpoint_every, verbose=not args.quiet)
+    finally:
+        algo.stop()
+    print(
+        f"done: iteration {result['training_iteration']}, env steps {result['env_steps_sampled']:,}, "
+        f"episode_return_mean {result['episode_return_mean']:.1f}, {result['time_s']:.1f}s; checkpoints in {logdir}",
+        flush=True,
+    )
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from jaxflow.algorithm import evaluate_policy, load_policy
+
+    config, network, params = load_policy(args.checkpoint)
+    out = evaluate_policy(config, network, params, args.episodes, args.seed)
+    print(f"{config.env}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}")
+    return 0
+
+
+def _list() -> int:
+    import envs
+    from jaxflow.algorithm import list_algorithms
+
+    print("algorithms:", ", ".join(list_algorithms()))
+    for kind in ("gymnasium", "gymnax"):
+        ids = envs.list_envs(kind)
+        print(f"{kind} environments ({len(ids)}):")
+        print("  " + "\n  ".join(ids))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args)
+        if args.command == "evaluate":
+            return _evaluate(args)
+        return _list()
+    except (ConfigError, KeyError) as e:  # KeyError: envs.UnknownEnvError
+        print(f"jaxflow: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

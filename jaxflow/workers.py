@@ -1,0 +1,283 @@
+"""Rollout workers (Ray actors on CPUs) and the worker set that creates, checks and restarts them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import numpy as np
+import ray
+
+import envs
+from jaxflow.config import ConfigError
+from jaxflow.iterators import _call
+from jaxflow.networks import policy_step
+
+log = logging.getLogger(__name__)
+
+
+class SampleBatch(NamedTuple):
+    """A time-major trajectory fragment ``data[name]: [T, B, ...]`` and what came with it."""
+
+    data: dict[str, np.ndarray]
+    env_steps: int
+    episode_returns: np.ndarray
+    """Returns of the episodes that ended inside this fragment."""
+    episode_lengths: np.ndarray
+    weights_version: int
+    """Learner version of the weights that acted."""
+
+
+def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
+    """Concatenates fragments of equal length T along the batch axis."""
+    if len(batches) == 1:
+        return batches[0]
+    return SampleBatch(
+        {k: np.concatenate([b.data[k] for b in batches], axis=1) for k in batches[0].data},
+        sum(b.env_steps for b in batches),
+        np.concatenate([b.episode_returns for b in batches]),
+        np.concatenate([b.episode_lengths for b in batches]),
+        min(b.weights_version for b in batches),
+    )
+
+
+def flatten_time_major(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``[T, B, ...] -> [T * B, ...]`` for every field (a view, no copy)."""
+    return {k: v.reshape((-1,) + v.shape[2:]) for k, v in data.items()}
+
+
+class GradientsResult(NamedTuple):
+    """Gradients a worker computed on its own fragment (A3C), plus the fragment's statistics."""
+
+    grads: Any
+    metrics: dict[str, float]
+    env_steps: int
+    episode_returns: np.ndarray
+    episode_lengths: np.ndarray
+    weights_version: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """What a rollout worker needs: the algorithm's config, network and pure functions.
+
+    ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE);
+    ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute gradients (A3C).
+    """
+
+    config: Any
+    network: Any
+    postprocess: Callable[..., Any] | None = None
+    loss: Callable[..., Any] | None = None
+
+
+class RolloutWorker:
+    """Steps a vector of environments with the current policy and returns fragments.
+
+    Used as a Ray actor (``remote=True``) or in the driver when ``num_workers == 0``.
+    """
+
+    def __init__(self, spec: WorkerSpec, index: int, incarnation: int = 0, remote: bool = True):
+        if remote:
+            # Rollout workers act on the CPU even where the driver has accelerators.
+            jax.config.update("jax_platforms", "cpu")
+        cfg = spec.config
+        self.index, self.incarnation, self.config = index, incarnation, cfg
+        seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
+        self.env = envs.VectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
+        apply = spec.network.apply
+        self._policy_step = jax.jit(functools.partial(policy_step, apply))
+        self._value = jax.jit(lambda p, o: apply(p, o)[1])
+        self._postprocess = jax.jit(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
+        self._grad = (
+            jax.jit(jax.grad(functools.partial(spec.loss, apply_fn=apply, config=cfg), has_aux=True))
+            if spec.loss
+            else None
+        )
+        self._key = jax.random.PRNGKey(seed)
+        self._obs = self.env.reset()
+        self.params: Any = None
+        self.weights_version = -1
+
+    def ping(self) -> int:
+        return self.index
+
+    def set_weights(self, weights: Any, version: int) -> None:
+        self.params = jax.device_put(weights)
+        self.weights_version = version
+
+    def sample(self) -> SampleBatch:
+        """One fragment ``[T, B]``: obs, actions, logp, logits, values, rewards, discounts.
+
+        A truncated episode's last reward gets ``gamma * V(final_obs)`` added and its
+        discount set to 0, so returns bootstrap from the value on a time limit but
+        not on a real termination, and learners need no extra field for it.
+        """
+        if self.params is None:
+            raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
+        cfg, T, B = self.config, self.config.rollout_fragment_length, self.env.num_envs
+        obs = np.empty((T,) + self._obs.shape, self._obs.dtype)
+        actions = np.empty((T, B), np.int32)
+        logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
+        logits = None
+        for t in range(T):
+            obs[t] = self._obs
+            self._key, a, lp, v, lg = self._policy_step(self.params, self._obs, self._key)
+            a, lp, v, lg = jax.device_get((a, lp, v, lg))
+            if logits is None:
+                logits = np.empty((T,) + lg.shape, np.float32)
+            step = self.env.step(a)
+            r = step.reward
+            bootstrap = step.truncated & ~step.terminated
+            if bootstrap.any():
+                r = r + cfg.gamma * bootstrap * np.asarray(self._value(self.params, step.final_obs))
+            actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
+            discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
+            self._obs = step.obs
+        traj = dict(
+            obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
+            discounts=discounts, bootstrap_value=np.asarray(self._value(self.params, self._obs)),
+        )
+        if self._postprocess is not None:
+            traj = jax.device_get(self._postprocess(traj))
+        returns, lengths = self.env.pop_episodes()
+        return SampleBatch(traj, T * B, returns, lengths, self.weights_version)
+
+    def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
+        """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
+        self._key, key = jax.random.split(self._key)
+        grads, metrics = self._grad(self.params, flatten_time_major(batch.data), key)
+        grads, metrics = jax.device_get((grads, metrics))
+        return GradientsResult(
+            grads, {k: float(v) for k, v in metrics.items()}, batch.env_steps,
+            batch.episode_returns, batch.episode_lengths, batch.weights_version,
+        )
+
+    def run_chain(self, method: str, fns: Sequence[Callable[..., Any]]) -> Any:
+        """Calls ``method`` then ``fns`` in order on its result: ``par_for_each`` on the actor side."""
+        item = getattr(self, method)()
+        for fn in fns:
+            item = _call(fn, item, self)
+        return item
+
+
+class WorkerCrashedError(RuntimeError):
+    """A rollout worker died (or hung) and ``on_worker_failure="raise"``."""
+
+
+class _InDriver:
+    """Stands in for an actor handle when sampling happens in the driver (num_workers=0)."""
+
+    def __init__(self, worker: RolloutWorker):
+        self.worker = worker
+
+
+class WorkerSet:
+    """The rollout workers of a run: created together, given weights through the object
+    store (one ``ray.put``, many readers), and replaced or dropped when they die.
+
+    It is the :class:`~jaxflow.iterators.ActorSource` behind ``ParallelRollouts``.
+    """
+
+    def __init__(self, spec: WorkerSpec, weights: Any, version: int = 0):
+        cfg = spec.config
+        self.spec, self.config = spec, cfg
+        self.timeout_s = cfg.worker_timeout_s
+        self.num_restarts = 0
+        self.num_dropped = 0
+        self._incarnation: dict[int, int] = {}
+        self._slots: dict[int, Any] = {}
+        if cfg.num_workers == 0:
+            self._slots[0] = _InDriver(RolloutWorker(spec, 0, remote=False))
+        else:
+            need = cfg.num_workers * cfg.num_cpus_per_worker
+            have = ray.cluster_resources().get("CPU", 0)
+            if need > have:
+                raise ConfigError(
+                    f"num_workers={cfg.num_workers} x num_cpus_per_worker={cfg.num_cpus_per_worker} needs {need:g} "
+                    f"CPUs but the Ray cluster has {have:g}; lower num_workers or num_cpus_per_worker."
+                )
+            self._actor_cls = ray.remote(RolloutWorker).options(num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
+            for i in range(cfg.num_workers):
+                self._slots[i] = self._create(i)
+            self._check_started(list(self._slots.items()))
+        self.sync_weights(weights, version)
+
+    def _create(self, index: int) -> Any:
+        incarnation = self._incarnation.get(index, -1) + 1
+        self._incarnation[index] = incarnation
+        return self._actor_cls.remote(self.spec, index, incarnation)
+
+    def _check_started(self, slots: list[tuple[int, Any]]) -> None:
+        for i, h in slots:
+            try:
+                ray.get(h.ping.remote(), timeout=self.timeout_s)
+            except ray.exceptions.RayError as e:
+                raise WorkerCrashedError(f"rollout worker {i} failed to start: {e}") from e
+
+    @property
+    def local_worker(self) -> RolloutWorker | None:
+        slot = self._slots.get(0)
+        return slot.worker if isinstance(slot, _InDriver) else None
+
+    @property
+    def num_healthy(self) -> int:
+        return len(self._slots)
+
+    def live(self) -> list[tuple[int, Any]]:
+        return sorted(self._slots.items(), key=lambda s: s[0])
+
+    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
+        if isinstance(handle, _InDriver):
+            return ray.put(handle.worker.run_chain(method, fns))
+        return handle.run_chain.remote(method, fns)
+
+    def sync_weights(self, weights: Any, version: int) -> None:
+        """Sends ``weights`` to every worker: one object-store put, read by all."""
+        self._weights, self._version = weights, version
+        ref = ray.put(weights) if any(not isinstance(h, _InDriver) for h in self._slots.values()) else None
+        for h in self._slots.values():
+            if isinstance(h, _InDriver):
+                h.worker.set_weights(weights, version)
+            else:
+                h.set_weights.remote(ref, version)
+
+    def set_weights_of(self, index: int, weights: Any, version: int) -> None:
+        """Sends ``weights`` to worker ``index`` alone (A3C); they also become the
+        weights a restarted worker starts from."""
+        self._weights, self._version = weights, version
+        h = self._slots.get(index)
+        if isinstance(h, _InDriver):
+            h.worker.set_weights(weights, version)
+        elif h is not None:
+            h.set_weights.remote(weights, version)
+
+    def on_failure(self, index: int, error: BaseException) -> None:
+        mode = self.config.on_worker_failure
+        if mode == "raise":
+            raise WorkerCrashedError(
+                f"rollout worker {index} died or stopped answering: {type(error).__name__}: {error}. "
+                "Set on_worker_failure='restart' to recreate it or 'ignore' to continue without it."
+            ) from error
+        old = self._slots.pop(index)
+        if not isinstance(old, _InDriver):
+            ray.kill(old, no_restart=True)
+        if mode == "ignore":
+            self.num_dropped += 1
+            log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
+            return
+        new = self._create(index)
+        self._check_started([(index, new)])
+        new.set_weights.remote(ray.put(self._weights), self._version)
+        self._slots[index] = new
+        self.num_restarts += 1
+        log.warning("rollout worker %d failed (%s); restarted it (restart #%d)", index, error, self.num_restarts)
+
+    def stop(self) -> None:
+        for h in self._slots.values():
+            if not isinstance(h, _InDriver):
+                ray.kill(h, no_restart=True)
+        self._slots.clear()
