@@ -81,9 +81,10 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
     del rng
     logits, v = apply_fn(params, batch["obs"])
     chex.assert_equal_shape([v, batch["value_targets"]])
-    pg_loss = rlax.policy_gradient_loss(logits, batch["actions"], batch["advantages"], jnp.ones_like(v))
+    dist = distrax.Categorical(logits=logits)
+    pg_loss = -jnp.mean(dist.log_prob(batch["actions"]) * jax.lax.stop_gradient(batch["advantages"]))
     value_loss = 0.5 * jnp.mean(jnp.square(batch["value_targets"] - v))
-    entropy = jnp.mean(distrax.Categorical(logits=logits).entropy())
+    entropy = jnp.mean(dist.entropy())
     total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy}
 
