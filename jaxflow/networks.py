@@ -1,4 +1,4 @@
-"""Policy networks (flax) and the pure policy step that rollout workers run."""
+"""Policy networks (flax) and the pure functions that act with them."""
 
 from __future__ import annotations
 
@@ -34,18 +34,10 @@ class MLPActorCritic(nn.Module):
         return logits, value[..., 0]
 
 
-def policy_step(
-    apply_fn: Callable[..., tuple[jax.Array, jax.Array]], params: Any, obs: jax.Array, key: jax.Array
-) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]:
-    """Samples actions for a batch of observations.
-
-    Returns ``(next_key, action [B], logp [B], value [B], logits [B, A])``.
-    """
-    key, sub = jax.random.split(key)
+def forward_packed(apply_fn: Callable[..., tuple[jax.Array, jax.Array]], params: Any, obs: jax.Array) -> jax.Array:
+    """``[B, A + 1]``: the logits, then the value, in one array (one transfer to the host)."""
     logits, value = apply_fn(params, obs)
-    action = jax.random.categorical(sub, logits)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=-1)[:, 0]
-    return key, action.astype(jnp.int32), logp, value, logits
+    return jnp.concatenate([logits, value[:, None]], axis=-1)
 
 
 def greedy_action(apply_fn: Callable[..., tuple[jax.Array, jax.Array]], params: Any, obs: jax.Array) -> jax.Array:

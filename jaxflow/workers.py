@@ -14,9 +14,11 @@ import ray
 import envs
 from jaxflow.config import ConfigError
 from jaxflow.iterators import _call
-from jaxflow.networks import policy_step
+from jaxflow.networks import forward_packed
 
 log = logging.getLogger(__name__)
+
+STARTUP_TIMEOUT_S = 180.0
 
 
 class SampleBatch(NamedTuple):
@@ -89,8 +91,7 @@ class RolloutWorker:
         seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
         self.env = envs.VectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
         apply = spec.network.apply
-        self._policy_step = jax.jit(functools.partial(policy_step, apply))
-        self._value = jax.jit(lambda p, o: apply(p, o)[1])
+        self._forward = jax.jit(functools.partial(forward_packed, apply))
         self._postprocess = jax.jit(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
         self._grad = (
             jax.jit(jax.grad(functools.partial(spec.loss, apply_fn=apply, config=cfg), has_aux=True))
@@ -98,6 +99,7 @@ class RolloutWorker:
             else None
         )
         self._key = jax.random.PRNGKey(seed)
+        self._rng = np.random.default_rng(seed)
         self._obs = self.env.reset()
         self.params: Any = None
         self.weights_version = -1
@@ -125,26 +127,31 @@ class RolloutWorker:
         logits = None
         for t in range(T):
             obs[t] = self._obs
-            self._key, a, lp, v, lg = self._policy_step(self.params, self._obs, self._key)
-            a, lp, v, lg = jax.device_get((a, lp, v, lg))
+            lg, v = self._logits_values(self._obs)
+            a, lp = sample_categorical(self._rng, lg)
             if logits is None:
                 logits = np.empty((T,) + lg.shape, np.float32)
             step = self.env.step(a)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
-                r = r + cfg.gamma * bootstrap * np.asarray(self._value(self.params, step.final_obs))
+                r = r + cfg.gamma * bootstrap * self._logits_values(step.final_obs)[1]
             actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
             discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
             self._obs = step.obs
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
-            discounts=discounts, bootstrap_value=np.asarray(self._value(self.params, self._obs)),
+            discounts=discounts, bootstrap_value=self._logits_values(self._obs)[1],
         )
         if self._postprocess is not None:
             traj = jax.device_get(self._postprocess(traj))
         returns, lengths = self.env.pop_episodes()
         return SampleBatch(traj, T * B, returns, lengths, self.weights_version)
+
+    def _logits_values(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # One compiled call and one host transfer per step: rollouts are dispatch-bound.
+        out = np.asarray(self._forward(self.params, obs))
+        return out[:, :-1], out[:, -1]
 
     def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
         """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
@@ -162,6 +169,18 @@ class RolloutWorker:
         for fn in fns:
             item = _call(fn, item, self)
         return item
+
+
+def sample_categorical(rng: np.random.Generator, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Samples ``a ~ softmax(logits)`` per row by the Gumbel-max trick; returns ``(a, log p(a))``.
+
+    Done in numpy on the host: drawing the noise with JAX's counter-based PRNG
+    inside the jitted policy costs more than the network itself on a CPU.
+    """
+    actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1).astype(np.int32)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return actions, np.take_along_axis(logp, actions[:, None], axis=-1)[:, 0].astype(np.float32)
 
 
 class WorkerCrashedError(RuntimeError):
@@ -212,9 +231,10 @@ class WorkerSet:
         return self._actor_cls.remote(self.spec, index, incarnation)
 
     def _check_started(self, slots: list[tuple[int, Any]]) -> None:
+        # Start-up (a new process importing JAX) may take longer than a reply to sample().
         for i, h in slots:
             try:
-                ray.get(h.ping.remote(), timeout=self.timeout_s)
+                ray.get(h.ping.remote(), timeout=max(self.timeout_s, STARTUP_TIMEOUT_S))
             except ray.exceptions.RayError as e:
                 raise WorkerCrashedError(f"rollout worker {i} failed to start: {e}") from e
 

@@ -1,0 +1,421 @@
+"""PPO on CartPole-v1: env-step throughput and time to a target return for several
+worker counts, and the cost of the dataflow layer against a hand-written loop.
+
+Writes ``benchmarks/results/ppo_cartpole.json`` and ``.md`` and prints the Markdown
+report. Command lines: see ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+import ray
+
+from jaxflow import Algorithm, get_algorithm
+from jaxflow.config import to_json_dict
+from jaxflow.learner import Learner
+from jaxflow.metrics import ENV_STEPS_SAMPLED
+from jaxflow.workers import SampleBatch, WorkerSet, concat_batches, flatten_time_major
+
+ENV = "CartPole-v1"
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+# Quoted from elsewhere, NOT measured by this script: RLlib PPO on the same 2-core
+# machine and config. Only ratios against these are reported, labelled "(quoted)".
+RLLIB_QUOTED_STEPS_PER_S = 1_300.0
+RLLIB_QUOTED_TIME_TO_TARGET_S = 64.0
+RLLIB_QUOTED_TARGET = 450.0
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """One training run; a run that raised has ``error`` set and None for every measurement."""
+
+    workers: int
+    seed: int
+    build_s: float | None = None
+    """Algorithm construction: learner init, actor start-up, first weight sync."""
+    loop_s: float | None = None
+    """The ``train()`` loop alone (includes the first iteration's compilation)."""
+    iterations: int | None = None
+    env_steps: int | None = None
+    steps_per_s: float | None = None
+    steps_per_s_incl_build: float | None = None
+    final_return_mean: float | None = None
+    time_to_target_s: float | None = None
+    """From the first ``train()`` call; None if the target was not reached."""
+    time_to_target_incl_build_s: float | None = None
+    env_steps_at_target: int | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class WorkerSummary:
+    workers: int
+    runs: int
+    failed_runs: int
+    reached: int
+    median_steps_per_s: float | None
+    median_steps_per_s_incl_build: float | None
+    median_time_to_target_s: float | None
+    median_time_to_target_incl_build_s: float | None
+    median_env_steps_at_target: float | None
+    steps_per_s_vs_rllib_quoted: float | None
+    """Our median / RLlib's quoted steps/s: above 1 means faster than the quoted number."""
+    time_to_target_vs_rllib_quoted: float | None
+    """Our median / RLlib's quoted time: below 1 means faster. None unless the target is the quoted one."""
+
+
+@dataclasses.dataclass
+class Overhead:
+    workers: int
+    seed: int
+    algorithm_objects: str
+    warmup_iterations: int
+    iterations_per_rep: int
+    reps: int
+    env_steps_per_iteration: int
+    plan_s_per_iteration: list[float]
+    hand_s_per_iteration: list[float]
+    plan_median_s_per_iteration: float
+    hand_median_s_per_iteration: float
+    overhead_pct: float
+    """(plan / hand - 1) * 100 on the medians."""
+
+
+def train_once(workers: int, seed: int, max_steps: int, target: float) -> TrainingRun:
+    """Trains until ``episode_return_mean >= target`` or ``max_steps`` env steps sampled."""
+    t0 = time.perf_counter()
+    algo = Algorithm.build("PPO", env=ENV, num_workers=workers, seed=seed)
+    try:
+        t1 = time.perf_counter()
+        result: dict[str, Any] = {}
+        hit: tuple[float, int] | None = None
+        while hit is None and result.get(ENV_STEPS_SAMPLED, 0) < max_steps:
+            result = algo.train()
+            # episode_return_mean is NaN until an episode ends; NaN >= target is False.
+            if result["episode_return_mean"] >= target:
+                hit = (time.perf_counter() - t1, int(result[ENV_STEPS_SAMPLED]))
+        t2 = time.perf_counter()
+    finally:
+        algo.stop()
+    steps = int(result[ENV_STEPS_SAMPLED])
+    final_return = float(result["episode_return_mean"])
+    return TrainingRun(
+        workers=workers,
+        seed=seed,
+        build_s=t1 - t0,
+        loop_s=t2 - t1,
+        iterations=int(result["training_iteration"]),
+        env_steps=steps,
+        steps_per_s=steps / (t2 - t1),
+        steps_per_s_incl_build=steps / (t2 - t0),
+        final_return_mean=None if math.isnan(final_return) else final_return,
+        time_to_target_s=hit[0] if hit else None,
+        time_to_target_incl_build_s=hit[0] + (t1 - t0) if hit else None,
+        env_steps_at_target=hit[1] if hit else None,
+    )
+
+
+def median_of_reached(values: Sequence[float | None]) -> float | None:
+    """Median counting a missed target as slower than any hit, so it is None only when
+    at most half the runs reached the target."""
+    m = statistics.median(sorted(math.inf if v is None else v for v in values))
+    return None if math.isinf(m) else m
+
+
+def median_of_measured(values: Sequence[float | None]) -> float | None:
+    """Median over the runs that did not raise (they have no measurements)."""
+    measured = [v for v in values if v is not None]
+    return statistics.median(measured) if measured else None
+
+
+def summarize(workers: int, runs: list[TrainingRun], target: float) -> WorkerSummary:
+    steps_per_s = median_of_measured([r.steps_per_s for r in runs])
+    time_to_target = median_of_reached([r.time_to_target_s for r in runs])
+    return WorkerSummary(
+        workers=workers,
+        runs=len(runs),
+        failed_runs=sum(r.error is not None for r in runs),
+        reached=sum(r.time_to_target_s is not None for r in runs),
+        median_steps_per_s=steps_per_s,
+        median_steps_per_s_incl_build=median_of_measured([r.steps_per_s_incl_build for r in runs]),
+        median_time_to_target_s=time_to_target,
+        median_time_to_target_incl_build_s=median_of_reached([r.time_to_target_incl_build_s for r in runs]),
+        median_env_steps_at_target=median_of_reached([r.env_steps_at_target for r in runs]),
+        steps_per_s_vs_rllib_quoted=steps_per_s / RLLIB_QUOTED_STEPS_PER_S if steps_per_s is not None else None,
+        time_to_target_vs_rllib_quoted=(
+            time_to_target / RLLIB_QUOTED_TIME_TO_TARGET_S
+            if time_to_target is not None and target == RLLIB_QUOTED_TARGET
+            else None
+        ),
+    )
+
+
+def hand_iteration(workers: WorkerSet, learner: Learner, train_batch_size: int) -> int:
+    """PPO's plan written out without iterators or operators; returns env steps sampled."""
+    local = workers.local_worker
+    fragments: list[SampleBatch] = []
+    steps = 0
+    while steps < train_batch_size:
+        if local is not None:
+            fragments.append(local.sample())
+        else:
+            fragments += ray.get([h.run_chain.remote("sample", ()) for _, h in workers.live()])
+        steps = sum(b.env_steps for b in fragments)
+    batch = concat_batches(fragments)
+    adv = batch.data["advantages"]
+    data = dict(batch.data, advantages=((adv - adv.mean()) / (adv.std() + 1e-8)).astype(adv.dtype))
+    learner.update(flatten_time_major(data))
+    workers.sync_weights(learner.get_weights(), learner.version)
+    return batch.env_steps
+
+
+def plan_iteration(algo: Algorithm) -> int:
+    before = algo.context.counters[ENV_STEPS_SAMPLED]
+    algo.train()
+    return int(algo.context.counters[ENV_STEPS_SAMPLED] - before)
+
+
+def measure_overhead(workers: int, seed: int, warmup: int, iterations: int, reps: int) -> Overhead:
+    # Two Algorithms with 2 one-CPU actors each cannot both be placed on a 2-CPU Ray,
+    # so the plan and the hand loop take turns on one Algorithm's WorkerSet and Learner.
+    # Between train() calls the PPO plan holds no buffered fragments or requests in
+    # flight, so the hand loop can drive the same objects safely.
+    algo = Algorithm.build("PPO", env=ENV, num_workers=workers, seed=seed)
+    try:
+        paths: dict[str, Callable[[], int]] = {
+            "plan": functools.partial(plan_iteration, algo),
+            "hand": functools.partial(hand_iteration, algo.workers, algo.learner, algo.config.train_batch_size),
+        }
+        steps = {name: [step() for _ in range(warmup)][-1] for name, step in paths.items()}
+        if steps["plan"] != steps["hand"]:
+            raise RuntimeError(f"plan and hand loop sample different amounts per iteration: {steps}")
+        times: dict[str, list[float]] = {name: [] for name in paths}
+        for rep in range(reps):
+            # ABBA order cancels a linear drift (e.g. from other load) between the two paths.
+            order = ["plan", "hand"] if rep % 2 == 0 else ["hand", "plan"]
+            for name in order:
+                t0 = time.perf_counter()
+                for _ in range(iterations):
+                    paths[name]()
+                times[name].append((time.perf_counter() - t0) / iterations)
+            log(f"overhead rep {rep + 1}/{reps}: plan {times['plan'][-1]:.4f} s/it, hand {times['hand'][-1]:.4f} s/it")
+    finally:
+        algo.stop()
+    plan_median, hand_median = statistics.median(times["plan"]), statistics.median(times["hand"])
+    return Overhead(
+        workers=workers,
+        seed=seed,
+        algorithm_objects="One Algorithm shared: plan (algo.train()) and hand loop alternate on its WorkerSet and Learner",
+        warmup_iterations=warmup,
+        iterations_per_rep=iterations,
+        reps=reps,
+        env_steps_per_iteration=steps["plan"],
+        plan_s_per_iteration=times["plan"],
+        hand_s_per_iteration=times["hand"],
+        plan_median_s_per_iteration=plan_median,
+        hand_median_s_per_iteration=hand_median,
+        overhead_pct=(plan_median / hand_median - 1.0) * 100.0,
+    )
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu_model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu_model)
+    device = jax.devices()[0]
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "load_average_at_start": list(os.getloadavg()),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "ray": ray.__version__,
+        "numpy": np.__version__,
+        "jax_backend": jax.default_backend(),
+        "device_kind": device.device_kind,
+        "num_devices": jax.device_count(),
+    }
+
+
+def log(message: str) -> None:
+    print(f"[ppo_cartpole] {message}", file=sys.stderr, flush=True)
+
+
+def fmt(x: float | None, spec: str, none: str = "—") -> str:
+    return none if x is None else format(x, spec)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    args, m = report["args"], report["machine"]
+    target = fmt(args["target"], "g")
+    lines = [
+        f"# PPO on {ENV}",
+        "",
+        f"{report['created']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['load_average_at_start'])} · learner on {m['jax_backend']} "
+        f"({m['device_kind']} x{m['num_devices']}) · jax {m['jax']} · ray {m['ray']} · Python {m['python']}",
+        "",
+        f"Each run: default PPO config, stops at episode_return_mean >= {target} or {args['max_steps']:,} env steps. "
+        "Medians over seeds; a run that missed the target counts as slower than any that reached it.",
+        "",
+        "## Training runs (median over seeds)",
+        "",
+        f"| workers | runs | reached {target} | env steps/s (loop) | env steps/s (incl. build) "
+        f"| time to {target} (s, loop) | time to {target} (s, incl. build) | env steps at {target} "
+        f"| steps/s vs RLlib (quoted) | time to {target} vs RLlib (quoted) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in report["summary"]:
+        failed = f" ({s['failed_runs']} failed)" if s["failed_runs"] else ""
+        lines.append(
+            f"| {s['workers']} | {s['runs']}{failed} | {s['reached']}/{s['runs']} "
+            f"| {fmt(s['median_steps_per_s'], ',.0f')} | {fmt(s['median_steps_per_s_incl_build'], ',.0f')} "
+            f"| {fmt(s['median_time_to_target_s'], '.1f', 'not reached')} "
+            f"| {fmt(s['median_time_to_target_incl_build_s'], '.1f', 'not reached')} "
+            f"| {fmt(s['median_env_steps_at_target'], ',.0f', 'not reached')} "
+            f"| {fmt(s['steps_per_s_vs_rllib_quoted'], '.2f')} | {fmt(s['time_to_target_vs_rllib_quoted'], '.2f')} |"
+        )
+    q = report["baseline_quoted_not_measured"]
+    lines += [
+        "",
+        f"**Baseline, NOT measured here** (quoted): {q['source']}: ~{q['env_steps_per_s']:,.0f} env steps/s, "
+        f"~{q['time_to_target_s']:.0f} s to return {q['target']:g}. \"vs RLlib (quoted)\" = our median / quoted number: "
+        "steps/s above 1 and time below 1 mean jaxflow is faster. The time ratio is left out unless "
+        f"--target is {q['target']:g}.",
+        "",
+        "### Every run",
+        "",
+        f"| workers | seed | build (s) | loop (s) | iterations | env steps | env steps/s (loop) | env steps/s (incl. build) "
+        f"| final return | time to {target} (s) | env steps at {target} | error |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["runs"]:
+        lines.append(
+            f"| {r['workers']} | {r['seed']} | {fmt(r['build_s'], '.1f')} | {fmt(r['loop_s'], '.1f')} | {fmt(r['iterations'], 'd')} "
+            f"| {fmt(r['env_steps'], ',d')} | {fmt(r['steps_per_s'], ',.0f')} | {fmt(r['steps_per_s_incl_build'], ',.0f')} "
+            f"| {fmt(r['final_return_mean'], '.1f')} | {fmt(r['time_to_target_s'], '.1f', 'not reached')} "
+            f"| {fmt(r['env_steps_at_target'], ',d', 'not reached')} | {r['error'] or ''} |"
+        )
+    lines += ["", "## Dataflow layer overhead", ""]
+    o = report["overhead"]
+    if o is None:
+        lines.append(f"Failed: {report['overhead_error']}")
+    else:
+        lines += [
+            f"num_workers={o['workers']}, seed {o['seed']}, {o['env_steps_per_iteration']:,} env steps per iteration. "
+            f"Per path: warm-up {o['warmup_iterations']} iterations, then {o['reps']} timed reps of "
+            f"{o['iterations_per_rep']} iterations, the paths interleaved in ABBA order. {o['algorithm_objects']}.",
+            "",
+            "| path | median s/iteration | per rep (s/iteration) |",
+            "|---|---:|---|",
+            f"| plan (`algo.train()`) | {o['plan_median_s_per_iteration']:.4f} "
+            f"| {', '.join(f'{x:.4f}' for x in o['plan_s_per_iteration'])} |",
+            f"| hand-written loop | {o['hand_median_s_per_iteration']:.4f} "
+            f"| {', '.join(f'{x:.4f}' for x in o['hand_s_per_iteration'])} |",
+            "",
+            f"**Overhead (plan / hand - 1): {o['overhead_pct']:+.1f}%**",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the training runs")
+    p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="num_workers values to train with")
+    p.add_argument("--max-steps", type=int, default=300_000, help="env-step budget of one training run")
+    p.add_argument("--target", type=float, default=450.0, help="episode_return_mean that counts as solved")
+    p.add_argument("--overhead-workers", type=int, default=2, help="num_workers of the overhead comparison")
+    p.add_argument("--overhead-warmup", type=int, default=5, help="untimed iterations per path before timing")
+    p.add_argument("--overhead-iterations", type=int, default=60, help="iterations per timed rep")
+    p.add_argument("--overhead-reps", type=int, default=5, help="timed reps per path")
+    p.add_argument("--out-dir", default=RESULTS_DIR, help="where ppo_cartpole.json and .md go")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: first seed only, 2 workers only, 2 overhead reps of 20 iterations after 2 warm-up")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seeds, args.workers = args.seeds[:1], [2]
+        args.overhead_warmup, args.overhead_iterations, args.overhead_reps = 2, 20, 2
+    if min(args.workers + [args.overhead_workers]) < 0 or args.max_steps <= 0:
+        p.error("worker counts must be >= 0 and --max-steps > 0")
+    if min(args.overhead_warmup, args.overhead_iterations, args.overhead_reps) < 1:
+        p.error("--overhead-warmup, --overhead-iterations and --overhead-reps must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False)
+    try:
+        machine = machine_info()
+        runs: list[TrainingRun] = []
+        for workers in args.workers:
+            for seed in args.seeds:
+                log(f"training: workers={workers} seed={seed}")
+                try:
+                    run = train_once(workers, seed, args.max_steps, args.target)
+                except Exception as e:  # noqa: BLE001 - one broken run must not lose the others' results
+                    traceback.print_exc()
+                    run = TrainingRun(workers, seed, error=f"{type(e).__name__}: {e}")
+                runs.append(run)
+                log(f"  {fmt(run.env_steps, ',d')} steps in {fmt(run.loop_s, '.1f')} s loop + {fmt(run.build_s, '.1f')} s "
+                    f"build ({fmt(run.steps_per_s, ',.0f')} steps/s); time to {args.target:g}: "
+                    f"{fmt(run.time_to_target_s, '.1f', 'not reached')}{'; ERROR ' + run.error if run.error else ''}")
+        log(f"overhead: {args.overhead_workers} workers, seed {args.seeds[0]}")
+        overhead: Overhead | None = None
+        overhead_error: str | None = None
+        try:
+            overhead = measure_overhead(args.overhead_workers, args.seeds[0], args.overhead_warmup,
+                                        args.overhead_iterations, args.overhead_reps)
+        except Exception as e:  # noqa: BLE001 - keep the training results when the comparison fails
+            traceback.print_exc()
+            overhead_error = f"{type(e).__name__}: {e}"
+    finally:
+        ray.shutdown()
+    report = {
+        "benchmark": "ppo_cartpole",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "args": {k: v for k, v in vars(args).items() if k != "out_dir"},
+        "machine": machine,
+        # num_workers and seed vary per run (see "runs"); the rest is PPO's default config.
+        "ppo_config": {k: v for k, v in to_json_dict(get_algorithm("PPO").config_cls(env=ENV)).items()
+                       if k not in ("num_workers", "seed")},
+        "baseline_quoted_not_measured": {
+            "source": "RLlib PPO on the same 2-core machine and config",
+            "env_steps_per_s": RLLIB_QUOTED_STEPS_PER_S,
+            "time_to_target_s": RLLIB_QUOTED_TIME_TO_TARGET_S,
+            "target": RLLIB_QUOTED_TARGET,
+        },
+        "summary": [dataclasses.asdict(summarize(w, [r for r in runs if r.workers == w], args.target)) for w in args.workers],
+        "runs": [dataclasses.asdict(r) for r in runs],
+        "overhead": dataclasses.asdict(overhead) if overhead else None,
+        "overhead_error": overhead_error,
+    }
+    text = markdown(report)
+    os.makedirs(args.out_dir, exist_ok=True)
+    with open(os.path.join(args.out_dir, "ppo_cartpole.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1, allow_nan=False)
+    with open(os.path.join(args.out_dir, "ppo_cartpole.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
