@@ -29,6 +29,8 @@ class Check:
     high_inclusive: bool = True
 
     def __call__(self, x: float) -> bool:
+        if x != x:  # NaN satisfies no bound, but fails none of the comparisons below
+            return False
         if self.low is not None and (x < self.low or (x == self.low and not self.low_inclusive)):
             return False
         if self.high is not None and (x > self.high or (x == self.high and not self.high_inclusive)):

@@ -279,6 +279,16 @@ def Concurrently(
         stop = threading.Event()
         done = object()
 
+        def put(item: Any) -> bool:
+            # Time out now and then so a producer ends once the consumer has gone away.
+            while not stop.is_set():
+                try:
+                    out.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def run(i: int, op: LocalIterator[Any]) -> None:
             try:
                 for item in op._items():
@@ -287,12 +297,12 @@ def Concurrently(
                     if item is NOT_READY:
                         time.sleep(1e-3)  # a duplicate() sibling must catch up first
                         continue
-                    if i in outputs:
-                        out.put(item)
+                    if i in outputs and not put(item):
+                        return
             except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
-                out.put(_Failure(e))
+                put(_Failure(e))
             else:
-                out.put(done)
+                put(done)
 
         threads = [threading.Thread(target=run, args=(i, op), daemon=True, name=f"Concurrently[{i}]") for i, op in enumerate(ops)]
         for t in threads:

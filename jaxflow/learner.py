@@ -66,7 +66,7 @@ def sgd_update(
         raise ValueError(f"minibatch_size {mb} is larger than the batch ({n} samples)")
 
     def epoch(state: TrainState, key: jax.Array):
-        if num_epochs == 1 and num_mb == 1:
+        if num_epochs == 1 and mb == n:
             idx = jnp.arange(n)
         else:
             idx = jax.random.permutation(key, n)[: num_mb * mb]
@@ -107,7 +107,8 @@ class Learner:
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         self._sharded = NamedSharding(self.mesh, PartitionSpec("batch"))
         state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed))
-        self.state = jax.device_put(state, self._replicated)
+        # A copy: the update donates the state's buffers, which must not be the caller's arrays.
+        self.state = jax.device_put(state, self._replicated, may_alias=False)
         self._update = jax.jit(
             functools.partial(sgd_update, loss_fn, optimizer, num_epochs, minibatch_size),
             donate_argnums=0,
@@ -149,4 +150,4 @@ class Learner:
         return jax.device_get(self.state.params)
 
     def set_state(self, state: TrainState) -> None:
-        self.state = jax.device_put(state, self._replicated)
+        self.state = jax.device_put(state, self._replicated, may_alias=False)

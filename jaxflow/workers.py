@@ -212,12 +212,14 @@ class WorkerSet:
         if cfg.num_workers == 0:
             self._slots[0] = _InDriver(RolloutWorker(spec, 0, remote=False))
         else:
+            # Ray would queue actors that cannot be placed forever; say so instead.
             need = cfg.num_workers * cfg.num_cpus_per_worker
-            have = ray.cluster_resources().get("CPU", 0)
-            if need > have:
+            free, total = ray.available_resources().get("CPU", 0), ray.cluster_resources().get("CPU", 0)
+            if need > free:
                 raise ConfigError(
                     f"num_workers={cfg.num_workers} x num_cpus_per_worker={cfg.num_cpus_per_worker} needs {need:g} "
-                    f"CPUs but the Ray cluster has {have:g}; lower num_workers or num_cpus_per_worker."
+                    f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
+                    "lower num_workers or num_cpus_per_worker, or stop the other run."
                 )
             self._actor_cls = ray.remote(RolloutWorker).options(num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
             for i in range(cfg.num_workers):

@@ -23,6 +23,14 @@ def test_negative_lr_names_lr(cls):
         cls(lr=-0.1)
 
 
+@pytest.mark.parametrize("field", ["lr", "gamma", "clip_eps", "vf_clip"])
+def test_nan_violates_every_bound(field):
+    with pytest.raises(ConfigError, match=rf"PPOConfig\.{field} must satisfy"):
+        PPOConfig(**{field: float("nan")})
+    with pytest.raises(ConfigError, match=rf"PPOConfig\.{field} must satisfy"):
+        with_overrides(PPOConfig(), {field: "nan"})
+
+
 def test_zero_clip_eps_is_rejected():
     # clip_eps is a strict lower bound: 0 would make PPO's ratio clip a no-op trust region.
     with pytest.raises(ConfigError, match=r"PPOConfig\.clip_eps"):

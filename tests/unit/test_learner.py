@@ -3,6 +3,7 @@ step counts, and data parallelism over several (forced host) devices."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -68,6 +69,30 @@ def test_epochs_times_minibatches_optimizer_steps():
     assert np.isfinite(metrics["loss"])
     learner.update(batch)
     assert learner.version == 8
+
+
+def _manual_sgd_step(params, x, y, lr):
+    x, y = x.astype(np.float64), y.astype(np.float64)
+    e = x @ params["w"] + params["b"] - y
+    return params["w"] - lr * 2.0 / len(y) * x.T @ e, params["b"] - lr * 2.0 / len(y) * e.sum()
+
+
+def test_one_minibatch_smaller_than_the_batch():
+    # 8 samples, minibatch 6, one epoch: 8 // 6 = 1 step on 6 of the samples (the
+    # other 2 are dropped, as for every incomplete minibatch). Which 6 is up to
+    # the shuffle, so the result must equal the step on exactly one 6-subset.
+    params, batch = regression_problem(n=8)
+    p64 = {"w": params["w"].astype(np.float64), "b": float(params["b"])}
+    learner = Learner(mse_loss, optax.sgd(0.1), params, minibatch_size=6)
+    learner.update(batch)
+    assert learner.version == 1
+    new = learner.get_weights()
+    matches = []
+    for rows in itertools.combinations(range(8), 6):
+        w, b = _manual_sgd_step(p64, batch["x"][list(rows)], batch["y"][list(rows)], 0.1)
+        if np.allclose(new["w"], w, atol=1e-6, rtol=0) and abs(float(new["b"]) - b) < 1e-6:
+            matches.append(rows)
+    assert len(matches) == 1
 
 
 def test_full_batch_epochs_converge_on_least_squares():
@@ -168,3 +193,10 @@ def test_four_device_learner_shards_batch_and_replicates_params(multi_device_out
 
 def test_uneven_batch_raises(multi_device_output):
     assert multi_device_output["UNEVEN"] == "True"
+
+
+def test_learner_leaves_the_callers_params_alive():
+    params = {"w": jnp.ones((3,), jnp.float32)}
+    learner = Learner(lambda p, b, k: (jnp.sum(p["w"] * b["x"].mean(0)), {}), optax.sgd(0.1), params)
+    learner.update({"x": np.ones((4, 3), np.float32)})
+    np.testing.assert_array_equal(np.asarray(params["w"]), np.ones(3))  # not donated away

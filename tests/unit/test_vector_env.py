@@ -44,8 +44,7 @@ envs.register("test/Ticker-v0", Ticker, "deterministic counter env for unit test
 
 
 def make_ticker(num_envs: int = 2) -> envs.VectorEnv:
-    venv = envs.VectorEnv("test/Ticker-v0", num_envs=num_envs, seed=0)
-    return venv
+    return envs.VectorEnv("test/Ticker-v0", num_envs=num_envs, seed=0)
 
 
 def test_terminated_and_truncated_pass_through_separately():
