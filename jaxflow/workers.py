@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -214,7 +215,7 @@ class WorkerSet:
         else:
             # Ray would queue actors that cannot be placed forever; say so instead.
             need = cfg.num_workers * cfg.num_cpus_per_worker
-            free, total = ray.available_resources().get("CPU", 0), ray.cluster_resources().get("CPU", 0)
+            free, total = _free_cpus(need), ray.cluster_resources().get("CPU", 0)
             if need > free:
                 raise ConfigError(
                     f"num_workers={cfg.num_workers} x num_cpus_per_worker={cfg.num_cpus_per_worker} needs {need:g} "
@@ -299,7 +300,25 @@ class WorkerSet:
         log.warning("rollout worker %d failed (%s); restarted it (restart #%d)", index, error, self.num_restarts)
 
     def stop(self) -> None:
-        for h in self._slots.values():
-            if not isinstance(h, _InDriver):
-                ray.kill(h, no_restart=True)
+        """Kills the worker actors and waits (up to 30 s) until they are gone, so the next
+        run in this process finds their CPUs free."""
+        actors = [h for h in self._slots.values() if not isinstance(h, _InDriver)]
+        for h in actors:
+            ray.kill(h, no_restart=True)
         self._slots.clear()
+        for h in actors:
+            try:
+                ray.get(h.ping.remote(), timeout=30)
+            except ray.exceptions.RayError:
+                pass
+
+
+def _free_cpus(need: float, patience_s: float = 15.0) -> float:
+    """Free CPUs in the Ray cluster, waiting up to ``patience_s`` for ``need`` of them:
+    actors killed a moment ago release theirs asynchronously."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        free = ray.available_resources().get("CPU", 0)
+        if free >= need or time.monotonic() > deadline:
+            return free
+        time.sleep(0.1)
