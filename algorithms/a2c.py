@@ -33,8 +33,6 @@ Array = jax.Array
 class A2CConfig(CommonConfig):
     """A2C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
-    num_envs_per_worker: int = param(8, POSITIVE)
-    """Environments stepped in lockstep by each worker."""
     rollout_fragment_length: int = param(16, POSITIVE)
     """Time steps T per fragment."""
     train_batch_size: int = param(256, POSITIVE)

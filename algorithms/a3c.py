@@ -17,8 +17,6 @@ from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param
 class A3CConfig(CommonConfig):
     """A3C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
-    num_envs_per_worker: int = param(8, POSITIVE)
-    """Environments stepped in lockstep by each worker."""
     rollout_fragment_length: int = param(16, POSITIVE)
     """Time steps T per fragment; one gradient per fragment."""
     lr: float = param(1e-3, POSITIVE)

@@ -35,8 +35,6 @@ Array = jax.Array
 class PPOConfig(CommonConfig):
     """PPO settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
-    num_envs_per_worker: int = param(8, POSITIVE)
-    """Environments stepped in lockstep by each worker."""
     rollout_fragment_length: int = param(64, POSITIVE)
     """Time steps T per fragment."""
     train_batch_size: int = param(1024, POSITIVE)
