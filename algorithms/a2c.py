@@ -25,6 +25,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.operators import bulk_sync_env_steps
 
 Array = jax.Array
 
@@ -95,4 +96,6 @@ def plan(workers, learner, config: A2CConfig):
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 
-A2C = register_algorithm(AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess))
+A2C = register_algorithm(
+    AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess, train_batch_env_steps=bulk_sync_env_steps)
+)

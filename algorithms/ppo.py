@@ -27,6 +27,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.operators import bulk_sync_env_steps
 
 Array = jax.Array
 
@@ -98,5 +99,6 @@ def plan(workers, learner, config: PPOConfig):
 
 
 PPO = register_algorithm(
-    AlgorithmSpec("PPO", PPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_size))
+    AlgorithmSpec("PPO", PPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_size),
+                  train_batch_env_steps=bulk_sync_env_steps)
 )

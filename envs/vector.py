@@ -61,7 +61,7 @@ class VectorEnv:
         ]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
-        self._obs_dtype = _obs_dtype(self.observation_space)
+        self._obs_dtype = obs_dtype(self.observation_space)
         self._returns = np.zeros(num_envs, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
         self._done_returns: list[float] = []
@@ -150,7 +150,8 @@ class VectorEnv:
             )
 
 
-def _obs_dtype(space: gymnasium.Space) -> np.dtype:
+def obs_dtype(space: gymnasium.Space) -> np.dtype:
+    """The dtype observations are stored in: uint8 images stay uint8, the rest is float32."""
     if isinstance(space, gymnasium.spaces.Box) and space.dtype == np.uint8:
         return np.dtype(np.uint8)
     return np.dtype(np.float32)

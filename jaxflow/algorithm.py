@@ -9,6 +9,7 @@ imports them directly, so the dependency still points from ``algorithms`` to
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import difflib
 import functools
@@ -28,7 +29,7 @@ from jaxflow.config import ConfigError, from_json_dict, to_json_dict
 from jaxflow.learner import Learner, make_optimizer
 from jaxflow.metrics import Context
 from jaxflow.networks import MLPActorCritic, greedy_action
-from jaxflow.workers import WorkerSet, WorkerSpec
+from jaxflow.workers import WorkerSet, WorkerSpec, example_train_batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +40,7 @@ class AlgorithmSpec:
     ``postprocess(traj, config) -> traj`` runs on the rollout workers (e.g. GAE);
     ``plan(workers, learner, config)`` returns the iterator of training results;
     ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
-    ``gradients_on_workers`` gives the workers the loss (A3C).
+    ``gradients_on_workers`` gives the workers the loss (A3C);
     """
 
     name: str
@@ -49,6 +50,9 @@ class AlgorithmSpec:
     postprocess: Callable[..., Any] | None = None
     sgd: Callable[[Any], tuple[int, int | None]] = lambda config: (1, None)
     gradients_on_workers: bool = False
+    train_batch_env_steps: Callable[[Any], int] | None = None
+    """Env steps in every learner update, where the plan fixes it: the learner then
+    compiles its update while the rollout workers start."""
 
 
 _ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -140,13 +144,28 @@ class Algorithm:
         self.spec = spec or _spec_of(config)
         self.config = config
         self.network, self.learner = build_learner(config, self.spec)
-        init_ray()
         worker_spec = WorkerSpec(
             config, self.network, self.spec.postprocess, self.spec.loss if self.spec.gradients_on_workers else None
         )
+        warm_up = self._start_warm_up(worker_spec)
+        init_ray()
         self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
+        if warm_up is not None:
+            warm_up.result()
         self._results = self.spec.plan(self.workers, self.learner, config)
         self.last_result: dict[str, Any] | None = None
+
+    def _start_warm_up(self, worker_spec: WorkerSpec) -> concurrent.futures.Future | None:
+        # Compiling the update takes seconds; overlapping it with worker start-up takes
+        # it out of the first iteration.
+        if self.spec.train_batch_env_steps is None:
+            return None
+        obs_space, action_space = _spaces(self.config)
+        batch = example_train_batch(worker_spec, obs_space, int(action_space.n), self.spec.train_batch_env_steps(self.config))
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-warm-up")
+        future = pool.submit(self.learner.warm_up, batch)
+        pool.shutdown(wait=False)
+        return future
 
     @classmethod
     def build(cls, algorithm: str | Any, **fields: Any) -> "Algorithm":

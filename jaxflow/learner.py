@@ -142,6 +142,12 @@ class Learner:
         self.state, metrics = self._update(self.state, self.put_batch(batch))
         return {k: float(v) for k, v in jax.device_get(metrics).items()}
 
+    def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Compiles the update for ``batch``'s shapes by running it on a copy of the state
+        (the result is dropped), so the first real update starts at full speed."""
+        state = jax.device_put(self.state, self._replicated, may_alias=False)
+        jax.block_until_ready(self._update(state, self.put_batch(batch)))
+
     def apply_gradients(self, grads: Any) -> None:
         self.state = self._apply(self.state, jax.device_put(grads, self._replicated))
 

@@ -52,6 +52,25 @@ def flatten_time_major(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v.reshape((-1,) + v.shape[2:]) for k, v in data.items()}
 
 
+def example_train_batch(spec: "WorkerSpec", obs_space: Any, num_actions: int, env_steps: int) -> dict[str, np.ndarray]:
+    """Zeros shaped like a flat train batch of ``env_steps`` postprocessed samples, found
+    by tracing ``postprocess`` abstractly over the shapes ``RolloutWorker.sample`` returns."""
+    cfg = spec.config
+    T, B = cfg.rollout_fragment_length, cfg.num_envs_per_worker
+
+    def tb(*shape: int, dtype: Any = np.float32) -> jax.ShapeDtypeStruct:
+        return jax.ShapeDtypeStruct((T, B) + shape, dtype)
+
+    traj = dict(
+        obs=tb(*obs_space.shape, dtype=envs.vector.obs_dtype(obs_space)), actions=tb(dtype=np.int32), logp=tb(),
+        logits=tb(num_actions), values=tb(), rewards=tb(), discounts=tb(),
+        bootstrap_value=jax.ShapeDtypeStruct((B,), np.float32),
+    )
+    if spec.postprocess is not None:
+        traj = jax.eval_shape(functools.partial(spec.postprocess, config=cfg), traj)
+    return {k: np.zeros((env_steps,) + v.shape[2:], v.dtype) for k, v in traj.items() if len(v.shape) >= 2}
+
+
 class GradientsResult(NamedTuple):
     """Gradients a worker computed on its own fragment (A3C), plus the fragment's statistics."""
 
