@@ -29,6 +29,7 @@ from jaxflow.operators import (
     StandardizeFields,
     TrainOneStep,
 )
+from jaxflow.replay import PrioritizedReplayBuffer, SumTree
 from jaxflow.run import train
 from jaxflow.workers import RolloutWorker, SampleBatch, WorkerCrashedError, WorkerSet, WorkerSpec
 
@@ -53,10 +54,12 @@ __all__ = [
     "Operator",
     "ParallelIterator",
     "ParallelRollouts",
+    "PrioritizedReplayBuffer",
     "ReportMetrics",
     "RolloutWorker",
     "SampleBatch",
     "StandardizeFields",
+    "SumTree",
     "TrainOneStep",
     "TrainState",
     "WorkerCrashedError",
