@@ -70,6 +70,12 @@ def test_cli_resume_continues_the_run(ray_local, tmp_path):
     before, after = rows[24]["episode_return_mean"], np.mean([r["episode_return_mean"] for r in rows[25:]])
     assert before > 100 and after > 0.7 * before, (before, after)
     assert os.path.basename(checkpoint.latest(logdir)) == "checkpoint_000035"
+    # Checkpoints every 5 iterations and at the end; TensorBoard events from both processes.
+    names = os.listdir(logdir)
+    assert {f"checkpoint_{i:06d}" for i in range(5, 36, 5)} <= set(names)
+    assert sum(n.startswith("events.out.tfevents") for n in names) == 2
+    saved = json.load(open(os.path.join(logdir, "config.json")))
+    assert saved["algorithm"] == "PPO" and saved["config"]["num_workers"] == 2
 
 
 def test_interrupted_write_leaves_previous_checkpoint(tmp_path, monkeypatch):
