@@ -10,7 +10,6 @@ import os
 import time
 
 import gymnasium
-import numpy as np
 
 from envs.registry import EnvContext, register
 
