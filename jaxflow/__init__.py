@@ -24,12 +24,16 @@ from jaxflow.operators import (
     BroadcastWeights,
     ComputeGradients,
     ConcatBatches,
+    ParallelReplay,
     ParallelRollouts,
     ReportMetrics,
     StandardizeFields,
+    StoreToReplay,
     TrainOneStep,
+    UpdatePriorities,
 )
 from jaxflow.replay import PrioritizedReplayBuffer, SumTree
+from jaxflow.replay_shards import ReplayBatch, ReplayShard, ReplayShards
 from jaxflow.run import train
 from jaxflow.workers import RolloutWorker, SampleBatch, WorkerCrashedError, WorkerSet, WorkerSpec
 
@@ -53,15 +57,21 @@ __all__ = [
     "MLPActorCritic",
     "Operator",
     "ParallelIterator",
+    "ParallelReplay",
     "ParallelRollouts",
     "PrioritizedReplayBuffer",
+    "ReplayBatch",
+    "ReplayShard",
+    "ReplayShards",
     "ReportMetrics",
     "RolloutWorker",
     "SampleBatch",
     "StandardizeFields",
+    "StoreToReplay",
     "SumTree",
     "TrainOneStep",
     "TrainState",
+    "UpdatePriorities",
     "WorkerCrashedError",
     "WorkerError",
     "WorkerSet",

@@ -6,10 +6,13 @@ import time
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 
 from jaxflow.iterators import LocalIterator, Operator, ParallelIterator
 from jaxflow.learner import Learner
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
+from jaxflow.replay_shards import ReplayBatch, ReplayShards
 from jaxflow.workers import GradientsResult, RolloutWorker, SampleBatch, WorkerSet, concat_batches, flatten_time_major
 
 
@@ -215,3 +218,80 @@ def results(ctx: Context, workers: WorkerSet, steps_this_iter: int, seconds_this
         "num_healthy_workers": workers.num_healthy,
         "learner": dict(ctx.info.get("learner", {})),
     }
+
+
+REPLAY_ITEMS_STORED = "replay_items_stored"
+REPLAY_ITEMS_DROPPED = "replay_items_dropped"
+
+
+class StoreToReplay(Operator):
+    """Stores each batch in one replay shard and passes it on unchanged (Ape-X's actors → replay).
+
+    A :class:`SampleBatch` is flattened from time-major ``[T, B]`` to ``[T * B]`` items;
+    a plain dict is stored as is. The shard is ``shard`` if given, else drawn uniformly
+    by a generator seeded with ``seed``. The call waits for the shard's reply, so the
+    counts are exact and a full shard slows the producer down instead of queueing
+    without bound: ``replay_items_stored`` counts admitted items, and
+    ``replay_items_dropped`` those the shard's rate limiter refused within ``timeout_s``.
+
+    Example:
+        >>> store = ParallelRollouts(workers, mode="async").for_each(StoreToReplay(shards))  # doctest: +SKIP
+    """
+
+    def __init__(self, shards: ReplayShards, shard: int | None = None, seed: int = 0, timeout_s: float = 0.0):
+        self.shards, self.shard, self.timeout_s = shards, shard, timeout_s
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, item: SampleBatch | dict[str, np.ndarray], ctx: Context) -> Any:
+        data = flatten_time_major(item.data) if isinstance(item, SampleBatch) else item
+        index = self.shard if self.shard is not None else int(self._rng.integers(len(self.shards.actors)))
+        n = len(next(iter(data.values())))
+        try:
+            added = ray.get(self.shards.actors[index].add.remote(data, None, self.timeout_s), timeout=self.shards.timeout_s + self.timeout_s)
+        except (RayActorError, GetTimeoutError) as e:
+            self.shards.on_failure(index, e)
+            added = 0  # a source that drops failed shards instead of raising lost this batch
+        ctx.counters[REPLAY_ITEMS_STORED] += added
+        ctx.counters[REPLAY_ITEMS_DROPPED] += n - added
+        return item
+
+
+def _replay_ready(batch: ReplayBatch | None) -> bool:
+    return batch is not None
+
+
+def ParallelReplay(shards: ReplayShards, batch_size: int, beta: float = 0.4, num_async: int = 1) -> LocalIterator[ReplayBatch]:
+    """Replayed batches of ``batch_size`` items from every shard, in completion order.
+
+    ``num_async`` sample requests are in flight per shard; a shard whose rate limiter
+    holds back answers "not ready" after waiting ``shards.sample_wait_s``, and such
+    answers are dropped here, so a starved learner feed waits rather than spins.
+
+    Example:
+        >>> feed = ParallelReplay(shards, batch_size=512, num_async=4).for_each(Enqueue(learner.inqueue))  # doctest: +SKIP
+    """
+    source = shards.sampling(batch_size, beta)
+    return ParallelIterator(source, "sample", Context(), name="ParallelReplay").gather_async(num_async).filter(_replay_ready)
+
+
+class UpdatePriorities:
+    """Sends a learner's new priorities for a replayed batch to the shard it came from.
+
+    Takes ``(replay_batch, new_priorities)`` and returns it unchanged. It waits for the
+    shard's reply: a threaded shard does not promise to run calls in the order sent,
+    and waiting also surfaces invalid priorities here rather than losing them.
+
+    Example:
+        >>> Dequeue(learner.outqueue).for_each(UpdatePriorities(shards))  # doctest: +SKIP
+    """
+
+    def __init__(self, shards: ReplayShards):
+        self.shards = shards
+
+    def __call__(self, item: tuple[ReplayBatch, np.ndarray]) -> tuple[ReplayBatch, np.ndarray]:
+        batch, priorities = item
+        try:
+            ray.get(self.shards.actors[batch.shard].update_priorities.remote(batch.indices, np.asarray(priorities)), timeout=self.shards.timeout_s)
+        except (RayActorError, GetTimeoutError) as e:
+            self.shards.on_failure(batch.shard, e)
+        return item

@@ -1,0 +1,216 @@
+"""Sharded replay on real Ray actors: routing, priority updates, the Reverb-style rate limiter, state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import ray
+
+from jaxflow.iterators import from_items
+from jaxflow.operators import (
+    REPLAY_ITEMS_DROPPED,
+    REPLAY_ITEMS_STORED,
+    ParallelReplay,
+    StoreToReplay,
+    UpdatePriorities,
+)
+from jaxflow.replay_shards import (
+    ReplayBatch,
+    ReplayShard,
+    ReplayShardError,
+    ReplayShards,
+)
+from jaxflow.workers import SampleBatch
+
+ALPHA = 0.6
+
+
+def fragment(first_id: int, T: int = 5, B: int = 2) -> SampleBatch:
+    """A time-major fragment whose items carry consecutive ids in flattened [T * B] order."""
+    ids = np.arange(first_id, first_id + T * B).reshape(T, B)
+    data = {"id": ids, "obs": np.stack([ids, -ids], axis=-1).astype(np.float32)}
+    return SampleBatch(data, T * B, np.zeros(0), np.zeros(0), 0)
+
+
+def items(first_id: int, n: int) -> dict[str, np.ndarray]:
+    ids = np.arange(first_id, first_id + n)
+    return {"id": ids, "obs": np.stack([ids, -ids], axis=-1).astype(np.float32)}
+
+
+def shard_ids(shards: ReplayShards) -> list[np.ndarray]:
+    return [s["buffer"]["data/id"] for s in ray.get([a.get_state.remote() for a in shards.actors])]
+
+
+@pytest.fixture
+def make_shards(ray_local):
+    made: list[ReplayShards] = []
+
+    def make(*args, **kwargs) -> ReplayShards:
+        made.append(ReplayShards(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for shards in made:
+        shards.stop()
+
+
+@pytest.mark.parametrize("capacity", [1000, 64])
+def test_store_routes_each_item_to_exactly_one_shard(make_shards, capacity):
+    shards = make_shards(4, capacity=capacity, alpha=ALPHA, seed=0)
+    store = from_items([fragment(10 * k) for k in range(30)]).for_each(StoreToReplay(shards, seed=1))
+    stored = store.take(30)
+    assert [b.data["id"][0, 0] for b in stored] == [10 * k for k in range(30)]  # passed on unchanged
+    assert store.context.counters[REPLAY_ITEMS_STORED] == 300
+    assert store.context.counters[REPLAY_ITEMS_DROPPED] == 0
+
+    stats = shards.stats()
+    inserted = [s["inserted"] for s in stats]
+    assert sum(inserted) == 300
+    assert [s["size"] for s in stats] == [min(n, capacity) for n in inserted]
+    evicted = sum(n - s["size"] for n, s in zip(inserted, stats))
+    if capacity == 64:
+        assert evicted > 0
+    else:
+        assert evicted == 0 and min(inserted) > 0
+
+    found = np.concatenate(shard_ids(shards))
+    assert len(found) == sum(s["size"] for s in stats) == 300 - evicted
+    assert len(np.unique(found)) == len(found)  # no id in two shards, nor twice in one
+    assert set(found.tolist()) <= set(range(300))
+
+
+def test_store_to_a_fixed_shard_flattens_time_major(make_shards):
+    shards = make_shards(3, capacity=100, seed=0)
+    from_items([fragment(0, T=4, B=3)]).for_each(StoreToReplay(shards, shard=2)).take(1)
+    state = ray.get(shards.actors[2].get_state.remote())["buffer"]
+    np.testing.assert_array_equal(state["data/id"], np.arange(12))
+    np.testing.assert_array_equal(state["data/obs"][:, 1], -np.arange(12, dtype=np.float32))
+    assert [s["size"] for s in shards.stats()] == [0, 0, 12]
+
+
+def test_update_priorities_land_on_the_right_shard_and_item(make_shards):
+    shards = make_shards(4, capacity=100, alpha=ALPHA, seed=0)
+    from_items([items(25 * k, 25) for k in range(8)]).for_each(StoreToReplay(shards, seed=3)).take(8)
+    batches = ParallelReplay(shards, batch_size=8, beta=0.4, num_async=2).take(12)
+    assert all(isinstance(b, ReplayBatch) and len(b.indices) == 8 for b in batches)
+
+    def new_priority(ids: np.ndarray) -> np.ndarray:
+        return 0.5 + ids.astype(np.float64)
+
+    updates = from_items([(b, new_priority(b.data["id"])) for b in batches]).for_each(UpdatePriorities(shards))
+    assert len(updates.take(12)) == 12
+
+    states = [s["buffer"] for s in ray.get([a.get_state.remote() for a in shards.actors])]
+    for b in batches:
+        state = states[b.shard]
+        np.testing.assert_array_equal(state["data/id"][b.indices], b.data["id"])  # the slot still holds that item
+        np.testing.assert_allclose(state["masses"][b.indices], new_priority(b.data["id"]) ** ALPHA, rtol=1e-12)
+    # Items never replayed keep the initial priority 1.0, whose mass is 1 for every alpha.
+    for shard, state in enumerate(states):
+        touched = np.zeros(len(state["masses"]), bool)
+        for b in batches:
+            if b.shard == shard:
+                touched[b.indices] = True
+        np.testing.assert_array_equal(state["masses"][~touched], 1.0)
+
+
+def test_rate_limiter_keeps_the_replay_ratio_in_every_interleaving():
+    R, slack, insert_size, batch_size = 8, 512, 10, 32
+    shard = ReplayShard(capacity=1000, alpha=ALPHA, seed=0, samples_per_insert=R, error_buffer=slack)
+    choose = np.random.default_rng(0)
+    inserted = sampled = refused_inserts = refused_samples = 0
+    while inserted < 10_000:
+        # A random preference each step, falling back to the other call, plays every interleaving of a
+        # fast or slow learner; the limiter must admit at least one of the two every time.
+        order = ("add", "sample") if choose.random() < 0.5 else ("sample", "add")
+        for call in order:
+            if call == "add":
+                n = shard.add(items(inserted, insert_size))
+                refused_inserts += n == 0
+                inserted += n
+                done = n > 0
+            else:
+                batch = shard.sample(batch_size)
+                refused_samples += batch is None
+                sampled += 0 if batch is None else batch_size
+                done = batch is not None
+            assert abs(sampled - R * inserted) <= slack
+            if done:
+                break
+        else:
+            pytest.fail(f"limiter deadlocked at inserted={inserted}, sampled={sampled}")
+    stats = shard.stats()
+    assert (stats["inserted"], stats["sampled"]) == (inserted, sampled)
+    assert (stats["refused_inserts"], stats["refused_samples"]) == (refused_inserts, refused_samples)
+    assert refused_inserts > 0 and refused_samples > 0
+    assert abs(sampled / inserted - R) <= slack / inserted
+
+
+def test_rate_limiter_refuses_then_admits_waiting_calls(make_shards):
+    shards = make_shards(1, capacity=1000, seed=0, samples_per_insert=8, error_buffer=100)
+    shard = shards.actors[0]
+    assert ray.get(shard.add.remote(items(0, 10))) == 10  # 8 * 10 - 0 = 80 <= 100
+    assert ray.get(shard.add.remote(items(10, 10))) == 0  # 8 * 20 - 0 = 160 > 100: refused at once
+    assert ray.get(shard.sample.remote(150)) is not None  # 150 <= 80 + 100
+    assert ray.get(shard.sample.remote(32)) is None  # 182 > 180: not ready
+    with pytest.raises(ray.exceptions.RayTaskError, match="can never fit"):
+        ray.get(shard.sample.remote(201))
+
+    # A waiting sample is admitted by the insert that makes room for it, and not before.
+    waiting_sample = shard.sample.remote(32, 0.4, 300.0)
+    ready, _ = ray.wait([waiting_sample], timeout=0.5)
+    assert not ready
+    assert ray.get(shard.add.remote(items(20, 10))) == 10  # 160 - 150 = 10 <= 100
+    assert isinstance(ray.get(waiting_sample, timeout=60), ReplayBatch)  # 182 <= 160 + 100
+
+    # A waiting insert is admitted by the sample that makes room for it, and not before.
+    assert ray.get(shard.add.remote(items(30, 10))) == 10  # 240 - 182 = 58
+    waiting_add = shard.add.remote(items(40, 10), None, 300.0)  # 320 - 182 = 138 > 100
+    ready, _ = ray.wait([waiting_add], timeout=0.5)
+    assert not ready
+    assert ray.get(shard.sample.remote(40)) is not None  # 222 <= 240 + 100
+    assert ray.get(waiting_add, timeout=60) == 10  # 320 - 222 = 98 <= 100
+    stats = ray.get(shard.stats.remote())
+    assert (stats["inserted"], stats["sampled"], stats["size"]) == (40, 222, 40)
+    assert (stats["refused_inserts"], stats["refused_samples"]) == (1, 1)
+
+
+def test_parallel_replay_waits_for_the_limiter(make_shards):
+    shards = make_shards(2, capacity=100, seed=0, samples_per_insert=1, error_buffer=8, sample_wait_s=0.05)
+    # With nothing stored the shards answer "not ready", which ParallelReplay drops, so a
+    # batch can only arrive once an insert admits one.
+    from_items([items(0, 4)]).for_each(StoreToReplay(shards, shard=1)).take(1)
+    batch = ParallelReplay(shards, batch_size=4).take(1)[0]
+    assert batch.shard == 1 and set(batch.data["id"].tolist()) <= {0, 1, 2, 3}
+
+
+def test_shard_state_round_trip_restores_contents_priorities_and_counters(make_shards):
+    config = {"capacity": 50, "alpha": ALPHA, "samples_per_insert": 2, "error_buffer": 40}
+    shards = make_shards(1, seed=7, **config)
+    shard = shards.actors[0]
+    for k in range(7):
+        assert ray.get(shard.add.remote(items(10 * k, 10))) == 10  # 70 items into 50 slots
+        assert ray.get(shard.sample.remote(20)) is not None
+    batch = ray.get(shard.sample.remote(8))
+    ray.get(shard.update_priorities.remote(batch.indices, np.linspace(0.1, 3.0, 8)))
+    state = ray.get(shard.get_state.remote())
+
+    restored = ReplayShard(seed=123, **config)
+    restored.set_state(state)
+    before, after = ray.get(shard.stats.remote()), restored.stats()
+    for key in ("size", "inserted", "sampled"):
+        assert before[key] == after[key]
+    assert before["size"] == 50 and before["inserted"] == 70
+    again = restored.get_state()
+    np.testing.assert_array_equal(again["buffer"]["masses"], state["buffer"]["masses"])
+    np.testing.assert_array_equal(again["buffer"]["data/id"], state["buffer"]["data/id"])
+    # The generator state travels too, so the next draw is the same in both.
+    np.testing.assert_array_equal(restored.sample(8).indices, ray.get(shard.sample.remote(8)).indices)
+
+
+def test_a_dead_shard_is_named(make_shards):
+    shards = make_shards(2, capacity=100, seed=0)
+    from_items([items(0, 10), items(10, 10)]).for_each(StoreToReplay(shards, shard=0)).take(2)
+    ray.kill(shards.actors[1])
+    with pytest.raises(ReplayShardError, match="replay shard 1"):
+        from_items([items(20, 10)]).for_each(StoreToReplay(shards, shard=1)).take(1)
