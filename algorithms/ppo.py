@@ -36,7 +36,9 @@ Array = jax.Array
 class PPOConfig(CommonConfig):
     """PPO settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
-    rollout_fragment_length: int = param(64, POSITIVE)
+    num_envs_per_worker: int = param(16, POSITIVE)
+    """Environments stepped in lockstep by each worker; more amortise the per-step policy call."""
+    rollout_fragment_length: int = param(32, POSITIVE)
     """Time steps T per fragment."""
     train_batch_size: int = param(1024, POSITIVE)
     """Env steps per training iteration; fragments are joined until there are at least this many."""

@@ -55,6 +55,8 @@ class TrainingRun:
     env_steps: int | None = None
     steps_per_s: float | None = None
     steps_per_s_incl_build: float | None = None
+    steady_steps_per_s: float | None = None
+    """After the first iteration, whose compilation the other rates include."""
     final_return_mean: float | None = None
     time_to_target_s: float | None = None
     """From the first ``train()`` call; None if the target was not reached."""
@@ -71,6 +73,7 @@ class WorkerSummary:
     reached: int
     median_steps_per_s: float | None
     median_steps_per_s_incl_build: float | None
+    median_steady_steps_per_s: float | None
     median_time_to_target_s: float | None
     median_time_to_target_incl_build_s: float | None
     median_env_steps_at_target: float | None
@@ -105,8 +108,11 @@ def train_once(workers: int, seed: int, max_steps: int, target: float) -> Traini
         t1 = time.perf_counter()
         result: dict[str, Any] = {}
         hit: tuple[float, int] | None = None
+        first: tuple[float, int] | None = None
         while hit is None and result.get(ENV_STEPS_SAMPLED, 0) < max_steps:
             result = algo.train()
+            if first is None:
+                first = (time.perf_counter(), int(result[ENV_STEPS_SAMPLED]))
             # episode_return_mean is NaN until an episode ends; NaN >= target is False.
             if result["episode_return_mean"] >= target:
                 hit = (time.perf_counter() - t1, int(result[ENV_STEPS_SAMPLED]))
@@ -124,6 +130,7 @@ def train_once(workers: int, seed: int, max_steps: int, target: float) -> Traini
         env_steps=steps,
         steps_per_s=steps / (t2 - t1),
         steps_per_s_incl_build=steps / (t2 - t0),
+        steady_steps_per_s=(steps - first[1]) / (t2 - first[0]) if first and t2 > first[0] else None,
         final_return_mean=None if math.isnan(final_return) else final_return,
         time_to_target_s=hit[0] if hit else None,
         time_to_target_incl_build_s=hit[0] + (t1 - t0) if hit else None,
@@ -154,6 +161,7 @@ def summarize(workers: int, runs: list[TrainingRun], target: float) -> WorkerSum
         reached=sum(r.time_to_target_s is not None for r in runs),
         median_steps_per_s=steps_per_s,
         median_steps_per_s_incl_build=median_of_measured([r.steps_per_s_incl_build for r in runs]),
+        median_steady_steps_per_s=median_of_measured([r.steady_steps_per_s for r in runs]),
         median_time_to_target_s=time_to_target,
         median_time_to_target_incl_build_s=median_of_reached([r.time_to_target_incl_build_s for r in runs]),
         median_env_steps_at_target=median_of_reached([r.env_steps_at_target for r in runs]),
@@ -278,16 +286,17 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         "## Training runs (median over seeds)",
         "",
-        f"| workers | runs | reached {target} | env steps/s (loop) | env steps/s (incl. build) "
+        f"| workers | runs | reached {target} | env steps/s (loop) | env steps/s (incl. build) | env steps/s (after 1st iter) "
         f"| time to {target} (s, loop) | time to {target} (s, incl. build) | env steps at {target} "
         f"| steps/s vs RLlib (quoted) | time to {target} vs RLlib (quoted) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in report["summary"]:
         failed = f" ({s['failed_runs']} failed)" if s["failed_runs"] else ""
         lines.append(
             f"| {s['workers']} | {s['runs']}{failed} | {s['reached']}/{s['runs']} "
             f"| {fmt(s['median_steps_per_s'], ',.0f')} | {fmt(s['median_steps_per_s_incl_build'], ',.0f')} "
+            f"| {fmt(s['median_steady_steps_per_s'], ',.0f')} "
             f"| {fmt(s['median_time_to_target_s'], '.1f', 'not reached')} "
             f"| {fmt(s['median_time_to_target_incl_build_s'], '.1f', 'not reached')} "
             f"| {fmt(s['median_env_steps_at_target'], ',.0f', 'not reached')} "
