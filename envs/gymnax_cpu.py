@@ -32,7 +32,7 @@ class GymnaxCPUEnv(gymnasium.Env):
     """One gymnax env, stepped by jit-compiled functions on the CPU."""
 
     def __init__(self, env: Any, params: Any, env_id: str, seed: int = 0):
-        self._env, self._params, self.env_id = env, params, env_id
+        self._params, self.env_id = params, env_id
         self.observation_space = _to_gymnasium_space(env.observation_space(params))
         self.action_space = _to_gymnasium_space(env.action_space(params))
         cpu = jax.devices("cpu")[0]

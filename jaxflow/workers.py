@@ -226,7 +226,6 @@ class WorkerSet:
         self.spec, self.config = spec, cfg
         self.timeout_s = cfg.worker_timeout_s
         self.num_restarts = 0
-        self.num_dropped = 0
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
         if cfg.num_workers == 0:
@@ -262,6 +261,7 @@ class WorkerSet:
 
     @property
     def local_worker(self) -> RolloutWorker | None:
+        """The in-driver worker when ``num_workers == 0``, else None."""
         slot = self._slots.get(0)
         return slot.worker if isinstance(slot, _InDriver) else None
 
@@ -308,7 +308,6 @@ class WorkerSet:
         if not isinstance(old, _InDriver):
             ray.kill(old, no_restart=True)
         if mode == "ignore":
-            self.num_dropped += 1
             log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
             return
         new = self._create(index)
