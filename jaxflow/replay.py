@@ -15,11 +15,37 @@ one numpy operation per level for the whole batch, so a call costs
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 _DATA_PREFIX = "data/"
+
+
+class ReplayRows(NamedTuple):
+    """Transitions packed as ring-buffer rows by ``jaxflow.transitions.encode_fragment``:
+    each observation stored once, frame stacks as single frames. Rows of priority 0
+    hold frames only and are never sampled."""
+
+    rows: dict[str, np.ndarray]
+    """``{field: [R, ...]}``, written to consecutive slots in this order."""
+    priorities: np.ndarray
+    """``[R]``: positive for the rows that carry a transition, 0 for the others."""
+    frame_stack: int
+    """Frames per observation (1: observations are stored whole)."""
+
+    @property
+    def num_transitions(self) -> int:
+        return int(np.count_nonzero(self.priorities))
+
+    @staticmethod
+    def concatenate(parts: Sequence["ReplayRows"]) -> "ReplayRows":
+        """One block of rows from several; each part's pointers stay within its own rows."""
+        return ReplayRows(
+            {k: np.concatenate([p.rows[k] for p in parts]) for k in parts[0].rows},
+            np.concatenate([p.priorities for p in parts]),
+            parts[0].frame_stack,
+        )
 
 
 class SumTree:
@@ -183,6 +209,12 @@ class PrioritizedReplayBuffer:
         return self._tree
 
     @property
+    def storage(self) -> Mapping[str, np.ndarray]:
+        """The ring's arrays ``{field: [capacity, ...]}``, e.g. to rebuild an item from
+        neighbouring slots; empty before the first add. Do not mutate."""
+        return self._storage
+
+    @property
     def bytes_per_transition(self) -> int:
         """Bytes one stored transition takes, summed over its fields (0 before the first add)."""
         return sum(v[0].nbytes for v in self._storage.values())
@@ -237,6 +269,12 @@ class PrioritizedReplayBuffer:
         Raises:
             ValueError: if no stored item has a positive priority, or for a bad argument.
         """
+        indices, weights = self.sample_indices(batch_size, rng, beta)
+        return {k: v[indices] for k, v in self._storage.items()}, indices, weights
+
+    def sample_indices(self, batch_size: int, rng: np.random.Generator, beta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`sample`, but returns only ``(indices, weights)``, for callers that
+        read the items themselves from :attr:`storage`."""
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}.")
         if not (np.isfinite(beta) and beta >= 0):
@@ -252,8 +290,7 @@ class PrioritizedReplayBuffer:
         # w > 0 where float32 would round a vanishing weight to 0.
         log_ratio = np.log(self._tree.get(indices)) - np.log(self._tree.min)
         weights = np.exp(-beta * log_ratio).astype(np.float32)
-        batch = {k: v[indices] for k, v in self._storage.items()}
-        return batch, indices, np.maximum(weights, np.finfo(np.float32).tiny)
+        return indices, np.maximum(weights, np.finfo(np.float32).tiny)
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Sets new priorities (before ``alpha``) for stored slots, e.g. ``|TD error| + eps``.
