@@ -16,14 +16,16 @@ from jaxflow.iterators import (
     from_items,
     from_iterator,
 )
-from jaxflow.learner import Learner, TrainState, make_optimizer
+from jaxflow.learner import Learner, LearnerThread, LearnerThreadError, TrainState, make_optimizer
 from jaxflow.metrics import Context
-from jaxflow.networks import MLPActorCritic
+from jaxflow.networks import MLPActorCritic, MLPQNetwork
 from jaxflow.operators import (
     ApplyGradients,
     BroadcastWeights,
     ComputeGradients,
     ConcatBatches,
+    Dequeue,
+    Enqueue,
     ParallelReplay,
     ParallelRollouts,
     ReportMetrics,
@@ -31,8 +33,10 @@ from jaxflow.operators import (
     StoreToReplay,
     TrainOneStep,
     UpdatePriorities,
+    UpdateTargetNetwork,
+    UpdateWorkerWeights,
 )
-from jaxflow.replay import PrioritizedReplayBuffer, SumTree
+from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows, SumTree
 from jaxflow.replay_shards import ReplayBatch, ReplayShard, ReplayShards
 from jaxflow.run import train
 from jaxflow.workers import RolloutWorker, SampleBatch, WorkerCrashedError, WorkerSet, WorkerSpec
@@ -52,15 +56,21 @@ __all__ = [
     "Concurrently",
     "ConfigError",
     "Context",
+    "Dequeue",
+    "Enqueue",
     "Learner",
+    "LearnerThread",
+    "LearnerThreadError",
     "LocalIterator",
     "MLPActorCritic",
+    "MLPQNetwork",
     "Operator",
     "ParallelIterator",
     "ParallelReplay",
     "ParallelRollouts",
     "PrioritizedReplayBuffer",
     "ReplayBatch",
+    "ReplayRows",
     "ReplayShard",
     "ReplayShards",
     "ReportMetrics",
@@ -72,6 +82,8 @@ __all__ = [
     "TrainOneStep",
     "TrainState",
     "UpdatePriorities",
+    "UpdateTargetNetwork",
+    "UpdateWorkerWeights",
     "WorkerCrashedError",
     "WorkerError",
     "WorkerSet",

@@ -29,6 +29,7 @@ from jaxflow.config import ConfigError, from_json_dict, to_json_dict
 from jaxflow.learner import Learner, make_optimizer
 from jaxflow.metrics import Context
 from jaxflow.networks import MLPActorCritic, greedy_action
+from jaxflow.replay_shards import ReplayShards
 from jaxflow.workers import WorkerSet, WorkerSpec, example_train_batch
 
 
@@ -41,6 +42,11 @@ class AlgorithmSpec:
     ``plan(workers, learner, config)`` returns the iterator of training results;
     ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
     ``gradients_on_workers`` gives the workers the loss (A3C);
+    ``network(config, num_actions)`` builds the flax module (default: :class:`MLPActorCritic`);
+    ``target_network`` gives the learner a target copy of the parameters (DQN);
+    ``replay(config)`` builds the replay shards, which the plan then gets as a fourth
+    argument and which are checkpointed with the learner;
+    ``explore`` and ``encode`` go to the rollout workers (see :class:`WorkerSpec`).
     """
 
     name: str
@@ -53,6 +59,11 @@ class AlgorithmSpec:
     train_batch_env_steps: Callable[[Any], int] | None = None
     """Env steps in every learner update, where the plan fixes it: the learner then
     compiles its update while the rollout workers start."""
+    network: Callable[[Any, int], Any] = lambda config, num_actions: MLPActorCritic(num_actions, tuple(config.hidden_sizes))
+    target_network: bool = False
+    replay: Callable[[Any], ReplayShards] | None = None
+    explore: Callable[..., Any] | None = None
+    encode: Callable[..., Any] | None = None
 
 
 _ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -97,7 +108,7 @@ def _spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
     env.close()
     if not isinstance(spaces[1], gymnasium.spaces.Discrete):
         raise ConfigError(
-            f"Environment {config.env!r} has action space {spaces[1]}; the actor-critic policies here "
+            f"Environment {config.env!r} has action space {spaces[1]}; the policies here "
             "support Discrete action spaces only."
         )
     if not isinstance(spaces[0], gymnasium.spaces.Box):
@@ -105,10 +116,10 @@ def _spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
     return spaces
 
 
-def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[MLPActorCritic, Learner]:
+def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[Any, Learner]:
     """The network and a freshly initialised learner for ``config`` (no Ray needed)."""
     obs_space, action_space = _spaces(config)
-    network = MLPActorCritic(int(action_space.n), tuple(config.hidden_sizes))
+    network = spec.network(config, int(action_space.n))
     params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
     num_epochs, minibatch_size = spec.sgd(config)
     learner = Learner(
@@ -118,6 +129,7 @@ def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[MLPActorCritic, Lea
         seed=config.seed,
         num_epochs=num_epochs,
         minibatch_size=minibatch_size,
+        target_network=spec.target_network,
     )
     return network, learner
 
@@ -145,14 +157,17 @@ class Algorithm:
         self.config = config
         self.network, self.learner = build_learner(config, self.spec)
         worker_spec = WorkerSpec(
-            config, self.network, self.spec.postprocess, self.spec.loss if self.spec.gradients_on_workers else None
+            config, self.network, self.spec.postprocess, self.spec.loss if self.spec.gradients_on_workers else None,
+            self.spec.encode, self.spec.explore,
         )
         warm_up = self._start_warm_up(worker_spec)
         init_ray()
         self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
+        self.replay = self.spec.replay(config) if self.spec.replay else None
         if warm_up is not None:
             warm_up.result()
-        self._results = self.spec.plan(self.workers, self.learner, config)
+        extra = () if self.replay is None else (self.replay,)
+        self._results = self.spec.plan(self.workers, self.learner, config, *extra)
         self.last_result: dict[str, Any] | None = None
 
     def _start_warm_up(self, worker_spec: WorkerSpec) -> concurrent.futures.Future | None:
@@ -191,7 +206,11 @@ class Algorithm:
     def save(self, directory: str) -> str:
         """Writes a checkpoint under ``directory``; returns its path."""
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
-        return checkpoint.save(directory, self.iteration, self.learner.state, meta)
+        write_replay = None if self.replay is None else self.replay.save
+        path = checkpoint.save(directory, self.iteration, self.learner.get_state(), meta, write_replay)
+        if self.replay is not None:
+            self.replay.saved_at(path)
+        return path
 
     @classmethod
     def restore(cls, path: str, **overrides: Any) -> "Algorithm":
@@ -210,8 +229,10 @@ class Algorithm:
     def load(self, path: str) -> None:
         """Loads learner state and counters from a checkpoint into this run."""
         ckpt, meta = _find(path)
-        self.learner.set_state(checkpoint.restore_state(ckpt, self.learner.state))
+        self.learner.set_state(checkpoint.restore_state(ckpt, self.learner.get_state()))
         self.context.load_state(meta["context"])
+        if self.replay is not None:
+            self.replay.load(ckpt)
         self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
 
     def evaluate(self, episodes: int = 10, seed: int | None = None) -> dict[str, Any]:
@@ -219,7 +240,10 @@ class Algorithm:
         return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
 
     def stop(self) -> None:
+        self.learner.stop()
         self.workers.stop()
+        if self.replay is not None:
+            self.replay.stop()
 
 
 def _find(path: str) -> tuple[str, dict[str, Any]]:
@@ -229,17 +253,17 @@ def _find(path: str) -> tuple[str, dict[str, Any]]:
     return ckpt, checkpoint.load_meta(ckpt)
 
 
-def load_policy(path: str) -> tuple[Any, MLPActorCritic, Any]:
+def load_policy(path: str) -> tuple[Any, Any, Any]:
     """``(config, network, params)`` of a checkpoint, without starting Ray."""
     ckpt, meta = _find(path)
     spec = get_algorithm(meta["algorithm"])
     config = from_json_dict(spec.config_cls, meta["config"])
     network, learner = build_learner(config, spec)
-    state = checkpoint.restore_state(ckpt, learner.state)
+    state = checkpoint.restore_state(ckpt, learner.get_state())
     return config, network, jax.device_get(state.params)
 
 
-def evaluate_policy(config: Any, network: MLPActorCritic, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
+def evaluate_policy(config: Any, network: Any, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes."""
     seed = config.seed + 7_777_777 if seed is None else seed
     env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)

@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import uuid
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import orbax.checkpoint as ocp
@@ -26,8 +26,14 @@ class CheckpointError(RuntimeError):
     """No loadable checkpoint, or one written by an incompatible version."""
 
 
-def save(directory: str, iteration: int, state: Any, meta: Mapping[str, Any]) -> str:
-    """Writes ``state`` (a pytree of arrays) and ``meta`` atomically; returns the checkpoint path."""
+def save(
+    directory: str, iteration: int, state: Any, meta: Mapping[str, Any], write_extra: Callable[[str], Any] | None = None
+) -> str:
+    """Writes ``state`` (a pytree of arrays) and ``meta`` atomically; returns the checkpoint path.
+
+    ``write_extra(path)`` may add files (e.g. replay contents) to the checkpoint before
+    it is renamed into place, so they are part of the same all-or-nothing write.
+    """
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     final = os.path.join(directory, f"checkpoint_{iteration:06d}")
@@ -35,6 +41,8 @@ def save(directory: str, iteration: int, state: Any, meta: Mapping[str, Any]) ->
     try:
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(os.path.join(tmp, "state"), jax.device_get(state))
+        if write_extra is not None:
+            write_extra(tmp)
         _write_meta(tmp, dict(meta, format_version=FORMAT_VERSION, iteration=iteration))
         if os.path.exists(final):
             shutil.rmtree(final)

@@ -1,17 +1,28 @@
 """The learner: a train state and a compiled, data-parallel SGD update built from any loss.
 
 ``loss_fn(params, batch, rng) -> (loss, metrics)`` is a pure function of a flat
-batch ``{name: [N, ...]}``. The update runs ``num_epochs`` passes over shuffled
+batch ``{name: [N, ...]}``; with a target network it is
+``loss_fn(params, batch, rng, target_params)``. Scalar metrics are averaged over
+the update's steps; a metric of shape ``[minibatch]`` (per-sample, e.g. DQN's TD
+errors for replay priorities) is returned for every sample of the batch, in order. The update runs ``num_epochs`` passes over shuffled
 minibatches (one pass over the whole batch, in order, by default) inside one
 ``jit`` with the state's buffers donated. With several local devices the batch
 is sharded along its leading axis and the parameters replicated; XLA then
 averages the gradients across devices, so the update equals the single-device
 update on the same global batch.
+
+Asynchronous plans (Ape-X, IMPALA) run the learner on a :class:`LearnerThread`, fed
+and drained through bounded queues, so that the plan's thread keeps sampling,
+storing and replaying while the accelerator trains (Horgan et al., 2018,
+"Distributed Prioritized Experience Replay", Section 3).
 """
 
 from __future__ import annotations
 
 import functools
+import queue
+import threading
+import time
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import chex
@@ -33,6 +44,8 @@ class TrainState(NamedTuple):
     """Number of optimizer steps applied (int32 scalar)."""
     rng: jax.Array
     """PRNG key (uint32[2]) for the loss's randomness and minibatch shuffles."""
+    target_params: Any = None
+    """A lagged copy of ``params`` (DQN's target network), or None."""
 
 
 def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
@@ -42,11 +55,12 @@ def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformat
 
 def _sgd_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, state: TrainState, batch: Any) -> tuple[TrainState, Any]:
     key = jax.random.fold_in(state.rng, state.step)
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key)
+    target = () if state.target_params is None else (state.target_params,)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key, *target)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
-    return TrainState(params, opt_state, state.step + 1, state.rng), metrics
+    return state._replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
 
 def sgd_update(
@@ -57,7 +71,11 @@ def sgd_update(
     state: TrainState,
     batch: Mapping[str, jax.Array],
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    """``num_epochs`` passes of minibatch SGD over ``batch``; metrics averaged over steps."""
+    """``num_epochs`` passes of minibatch SGD over ``batch``; scalar metrics averaged over
+    steps, per-sample metrics ``[n]`` from the last epoch in the batch's order.
+
+    A single epoch goes through the batch in order (replayed or freshly sampled batches
+    are already in random order); several epochs shuffle each pass."""
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     chex.assert_tree_shape_prefix(batch, (n,))
     mb = minibatch_size or n
@@ -66,8 +84,8 @@ def sgd_update(
         raise ValueError(f"minibatch_size {mb} is larger than the batch ({n} samples)")
 
     def epoch(state: TrainState, key: jax.Array):
-        if num_epochs == 1 and mb == n:
-            idx = jnp.arange(n)
+        if num_epochs == 1:
+            idx = jnp.arange(num_mb * mb)
         else:
             idx = jax.random.permutation(key, n)[: num_mb * mb]
         minibatches = jax.tree_util.tree_map(lambda x: x[idx].reshape((num_mb, mb) + x.shape[1:]), batch)
@@ -75,13 +93,21 @@ def sgd_update(
 
     rng, shuffle = jax.random.split(state.rng)
     state, metrics = jax.lax.scan(epoch, state._replace(rng=rng), jax.random.split(shuffle, num_epochs))
-    return state, jax.tree_util.tree_map(jnp.mean, metrics)
+    if num_epochs > 1 and any(m.ndim > 2 for m in jax.tree_util.tree_leaves(metrics)):
+        raise ValueError("Per-sample metrics need num_epochs == 1: later epochs visit the samples in another order.")
+    return state, {k: jnp.mean(m) if m.ndim == 2 else m[-1].reshape((num_mb * mb,) + m.shape[3:]) for k, m in metrics.items()}
 
 
 def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads: Any) -> TrainState:
     """One optimizer step with gradients computed elsewhere (A3C's workers)."""
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-    return TrainState(optax.apply_updates(state.params, updates), opt_state, state.step + 1, state.rng)
+    return state._replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state, step=state.step + 1)
+
+
+def copy_to_target(state: TrainState) -> TrainState:
+    """Sets the target network to the current parameters (Mnih et al., 2015, "Human-level
+    control through deep reinforcement learning": the target is refreshed every C steps)."""
+    return state._replace(target_params=jax.tree_util.tree_map(jnp.copy, state.params))
 
 
 class Learner:
@@ -101,12 +127,18 @@ class Learner:
         num_epochs: int = 1,
         minibatch_size: int | None = None,
         devices: Sequence[jax.Device] | None = None,
+        target_network: bool = False,
     ):
         self.devices = list(devices or jax.local_devices())
+        # The state is replaced (and its old buffers donated) by every update, so a learner
+        # thread and the plan's thread must not read or replace it at the same time.
+        self._lock = threading.RLock()
         self.mesh = Mesh(np.asarray(self.devices), ("batch",))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         self._sharded = NamedSharding(self.mesh, PartitionSpec("batch"))
         state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed))
+        if target_network:
+            state = copy_to_target(state)
         # A copy: the update donates the state's buffers, which must not be the caller's arrays.
         self.state = jax.device_put(state, self._replicated, may_alias=False)
         self._update = jax.jit(
@@ -117,6 +149,8 @@ class Learner:
         self._apply = jax.jit(
             functools.partial(apply_gradients, optimizer), donate_argnums=0, out_shardings=self._replicated
         )
+        self._copy_to_target = jax.jit(copy_to_target, donate_argnums=0, out_shardings=self._replicated)
+        self.thread: LearnerThread | None = None
 
     @property
     def num_devices(self) -> int:
@@ -125,7 +159,8 @@ class Learner:
     @property
     def version(self) -> int:
         """Optimizer steps so far; workers tag samples with the version they acted with."""
-        return int(self.state.step)
+        with self._lock:
+            return int(self.state.step)
 
     def put_batch(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
         """Places a flat host batch on the devices, sharded along its leading axis."""
@@ -137,10 +172,20 @@ class Learner:
             )
         return jax.device_put(dict(batch), self._sharded)
 
-    def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, float]:
-        """One SGD update (all epochs and minibatches) on a flat host batch; returns mean metrics."""
-        self.state, metrics = self._update(self.state, self.put_batch(batch))
-        return {k: float(v) for k, v in jax.device_get(metrics).items()}
+    def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """One SGD update (all epochs and minibatches) on a flat host batch; returns mean
+        metrics as floats and per-sample metrics as numpy arrays."""
+        device_batch = self.put_batch(batch)
+        with self._lock:
+            self.state, metrics = self._update(self.state, device_batch)
+        return {k: float(v) if v.ndim == 0 else v for k, v in jax.device_get(metrics).items()}
+
+    def update_target(self) -> None:
+        """Copies the parameters into the target network."""
+        if self.state.target_params is None:
+            raise ValueError("This learner has no target network (build it with target_network=True).")
+        with self._lock:
+            self.state = self._copy_to_target(self.state)
 
     def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:
         """Compiles the update for ``batch``'s shapes by running it on a copy of the state
@@ -149,11 +194,110 @@ class Learner:
         jax.block_until_ready(self._update(state, self.put_batch(batch)))
 
     def apply_gradients(self, grads: Any) -> None:
-        self.state = self._apply(self.state, jax.device_put(grads, self._replicated))
+        grads = jax.device_put(grads, self._replicated)
+        with self._lock:
+            self.state = self._apply(self.state, grads)
 
     def get_weights(self) -> Any:
         """The parameters as numpy arrays, for rollout workers."""
-        return jax.device_get(self.state.params)
+        with self._lock:
+            return jax.device_get(self.state.params)
+
+    def get_state(self) -> TrainState:
+        """The whole state on the host (for checkpoints), read consistently."""
+        with self._lock:
+            return jax.device_get(self.state)
 
     def set_state(self, state: TrainState) -> None:
-        self.state = jax.device_put(state, self._replicated, may_alias=False)
+        with self._lock:
+            self.state = jax.device_put(state, self._replicated, may_alias=False)
+
+    def start_thread(self, to_host_batch: Callable[[Any], dict[str, Any]], inqueue_size: int = 8, outqueue_size: int = 8) -> "LearnerThread":
+        """Starts a :class:`LearnerThread` on this learner; :meth:`stop` ends it."""
+        self.stop()
+        self.thread = LearnerThread(self, to_host_batch, inqueue_size, outqueue_size)
+        self.thread.start()
+        return self.thread
+
+    def stop(self) -> None:
+        """Stops the learner thread, if one was started."""
+        if self.thread is not None:
+            self.thread.stop()
+            self.thread = None
+
+
+_POLL_S = 0.5
+"""How long a blocking queue call waits before it re-checks that the thread is alive."""
+
+
+class LearnerThreadError(RuntimeError):
+    """The learner thread raised; the original error is the cause."""
+
+
+class LearnerThread(threading.Thread):
+    """Runs ``learner.update`` on every batch from ``inqueue`` and puts ``(batch, metrics)``
+    on ``outqueue``.
+
+    ``to_host_batch(item) -> dict`` makes the learner's flat batch from a queued item
+    (e.g. a replayed batch plus its importance weights). Queue waits and update times
+    are kept in :attr:`stats` (seconds, since start); a failure stops the thread and is
+    raised again by whoever next waits on its queues.
+
+    Example:
+        >>> thread = LearnerThread(learner, lambda b: dict(b.data, weights=b.weights))  # doctest: +SKIP
+        >>> thread.start(); thread.inqueue.put(replay_batch)                         # doctest: +SKIP
+        >>> batch, metrics = thread.outqueue.get()                                   # doctest: +SKIP
+    """
+
+    def __init__(self, learner: "Learner", to_host_batch: Callable[[Any], dict[str, Any]], inqueue_size: int = 8, outqueue_size: int = 8):
+        super().__init__(daemon=True, name="learner-thread")
+        self.learner, self.to_host_batch = learner, to_host_batch
+        self.inqueue: queue.Queue = queue.Queue(maxsize=inqueue_size)
+        self.outqueue: queue.Queue = queue.Queue(maxsize=outqueue_size)
+        self.stats = {"updates": 0, "inqueue_wait_s": 0.0, "outqueue_wait_s": 0.0, "update_s": 0.0}
+        self.error: BaseException | None = None
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop_event.is_set():
+                t0 = time.perf_counter()
+                try:
+                    item = self.inqueue.get(timeout=_POLL_S)
+                except queue.Empty:
+                    self.stats["inqueue_wait_s"] += time.perf_counter() - t0
+                    continue
+                t1 = time.perf_counter()
+                metrics = self.learner.update(self.to_host_batch(item))
+                t2 = time.perf_counter()
+                if not put(self.outqueue, (item, metrics), self._stop_event.is_set):
+                    return
+                self.stats["inqueue_wait_s"] += t1 - t0
+                self.stats["update_s"] += t2 - t1
+                self.stats["outqueue_wait_s"] += time.perf_counter() - t2
+                self.stats["updates"] += 1
+        except BaseException as e:  # re-raised in the plan's thread by Enqueue/Dequeue
+            self.error = e
+
+    def check(self) -> None:
+        """Raises :class:`LearnerThreadError` if the thread failed."""
+        if self.error is not None:
+            raise LearnerThreadError(f"the learner thread failed: {self.error!r}") from self.error
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout_s)
+
+
+def put(q: queue.Queue, item: Any, give_up: Callable[[], bool]) -> bool:
+    """Blocks until ``item`` is in ``q`` (True) or ``give_up()`` turns true (False),
+    checking ``give_up`` every half second rather than spinning."""
+    while not give_up():
+        try:
+            q.put(item, timeout=_POLL_S)
+            return True
+        except queue.Full:
+            continue
+    return False
+

@@ -34,6 +34,32 @@ class MLPActorCritic(nn.Module):
         return logits, value[..., 0]
 
 
+class MLPQNetwork(nn.Module):
+    """A ReLU MLP with one Q-value per action, optionally with a dueling head.
+
+    Dueling (Wang et al., 2016, "Dueling Network Architectures for Deep Reinforcement
+    Learning"): ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)``. Returns ``(q, max_a q)`` so
+    rollout workers treat it like an actor-critic network (Q-values in place of logits,
+    the greedy value in place of the state value).
+    """
+
+    num_actions: int
+    hidden_sizes: Sequence[int] = (64, 64)
+    dueling: bool = True
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = obs.astype(jnp.float32).reshape(obs.shape[:-1] + (-1,))
+        for width in self.hidden_sizes:
+            h = nn.relu(nn.Dense(width)(h))
+        if self.dueling:
+            adv = nn.Dense(self.num_actions)(h)
+            q = nn.Dense(1)(h) + adv - adv.mean(axis=-1, keepdims=True)
+        else:
+            q = nn.Dense(self.num_actions)(h)
+        return q, q.max(axis=-1)
+
+
 def forward_packed(apply_fn: Callable[..., tuple[jax.Array, jax.Array]], params: Any, obs: jax.Array) -> jax.Array:
     """``[B, A + 1]``: the logits, then the value, in one array (one transfer to the host)."""
     logits, value = apply_fn(params, obs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import queue
 import time
 from typing import Any, Iterable, Sequence
 
@@ -9,9 +10,10 @@ import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
-from jaxflow.iterators import LocalIterator, Operator, ParallelIterator
-from jaxflow.learner import Learner
+from jaxflow.iterators import NOT_READY, LocalIterator, Operator, ParallelIterator, from_iterator
+from jaxflow.learner import Learner, LearnerThread, put
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
+from jaxflow.replay import ReplayRows
 from jaxflow.replay_shards import ReplayBatch, ReplayShards
 from jaxflow.workers import GradientsResult, RolloutWorker, SampleBatch, WorkerSet, concat_batches, flatten_time_major
 
@@ -97,6 +99,10 @@ class StandardizeFields:
 class TrainOneStep(Operator):
     """Runs the learner's update (all epochs and minibatches) on a batch; returns its metrics.
 
+    For a replayed batch (:class:`~jaxflow.replay_shards.ReplayBatch`) the importance
+    weights go in as the field ``weights`` and the result is ``(batch, metrics)``, so
+    that ``UpdatePriorities`` can route the per-sample TD errors back to the shard.
+
     Example:
         >>> batches.for_each(TrainOneStep(learner))  # doctest: +SKIP
     """
@@ -104,13 +110,27 @@ class TrainOneStep(Operator):
     def __init__(self, learner: Learner):
         self.learner = learner
 
-    def __call__(self, batch: SampleBatch, ctx: Context) -> dict[str, float]:
+    def __call__(self, batch: SampleBatch | ReplayBatch, ctx: Context) -> Any:
         t0 = time.perf_counter()
+        if isinstance(batch, ReplayBatch):
+            metrics = self.learner.update(replay_train_batch(batch))
+            record_update(ctx, metrics, len(batch.indices), update_time_s=time.perf_counter() - t0)
+            return batch, metrics
         metrics = self.learner.update(flatten_time_major(batch.data))
-        ctx.counters[ENV_STEPS_TRAINED] += batch.env_steps
-        ctx.counters[NUM_UPDATES] += 1
-        ctx.info["learner"] = dict(metrics, update_time_s=time.perf_counter() - t0)
+        record_update(ctx, metrics, batch.env_steps, update_time_s=time.perf_counter() - t0)
         return metrics
+
+
+def replay_train_batch(batch: ReplayBatch) -> dict[str, np.ndarray]:
+    """The learner's flat batch for a replayed one: its fields plus importance ``weights``."""
+    return dict(batch.data, weights=batch.weights)
+
+
+def record_update(ctx: Context, metrics: dict[str, Any], samples: int, **info: float) -> None:
+    """Counts one learner update of ``samples`` items; its scalar metrics go to the results."""
+    ctx.counters[ENV_STEPS_TRAINED] += samples
+    ctx.counters[NUM_UPDATES] += 1
+    ctx.info["learner"] = dict({k: v for k, v in metrics.items() if isinstance(v, float)}, **info)
 
 
 class BroadcastWeights(Operator):
@@ -227,8 +247,9 @@ REPLAY_ITEMS_DROPPED = "replay_items_dropped"
 class StoreToReplay(Operator):
     """Stores each batch in one replay shard and passes it on unchanged (Ape-X's actors → replay).
 
-    A :class:`SampleBatch` is flattened from time-major ``[T, B]`` to ``[T * B]`` items;
-    a plain dict is stored as is. The shard is ``shard`` if given, else drawn uniformly
+    A :class:`SampleBatch` is flattened from time-major ``[T, B]`` to ``[T * B]`` items,
+    unless its workers packed it as :class:`~jaxflow.replay.ReplayRows` (each observation
+    stored once; stored as they are); a plain dict is stored as is. The shard is ``shard`` if given, else drawn uniformly
     by a generator seeded with ``seed``. The call waits for the shard's reply, so the
     counts are exact and a full shard slows the producer down instead of queueing
     without bound: ``replay_items_stored`` counts admitted items, and
@@ -243,9 +264,13 @@ class StoreToReplay(Operator):
         self._rng = np.random.default_rng(seed)
 
     def __call__(self, item: SampleBatch | dict[str, np.ndarray], ctx: Context) -> Any:
-        data = flatten_time_major(item.data) if isinstance(item, SampleBatch) else item
+        data = item.data if isinstance(item, SampleBatch) else item
+        if isinstance(data, ReplayRows):
+            n = data.num_transitions
+        else:
+            data = flatten_time_major(data) if isinstance(item, SampleBatch) else data
+            n = len(next(iter(data.values())))
         index = self.shard if self.shard is not None else int(self._rng.integers(len(self.shards.actors)))
-        n = len(next(iter(data.values())))
         try:
             added = ray.get(self.shards.actors[index].add.remote(data, None, self.timeout_s), timeout=self.shards.timeout_s + self.timeout_s)
         except (RayActorError, GetTimeoutError) as e:
@@ -256,42 +281,155 @@ class StoreToReplay(Operator):
         return item
 
 
-def _replay_ready(batch: ReplayBatch | None) -> bool:
-    return batch is not None
+def _replay_ready(batch: ReplayBatch | None) -> Any:
+    return NOT_READY if batch is None else batch
 
 
-def ParallelReplay(shards: ReplayShards, batch_size: int, beta: float = 0.4, num_async: int = 1) -> LocalIterator[ReplayBatch]:
+def ParallelReplay(
+    shards: ReplayShards, batch_size: int, beta: Any = 0.4, num_async: int = 1, sample_wait_s: float | None = None
+) -> LocalIterator[ReplayBatch]:
     """Replayed batches of ``batch_size`` items from every shard, in completion order.
 
-    ``num_async`` sample requests are in flight per shard; a shard whose rate limiter
-    holds back answers "not ready" after waiting ``shards.sample_wait_s``, and such
-    answers are dropped here, so a starved learner feed waits rather than spins.
+    ``num_async`` sample requests are in flight per shard. ``beta`` is a number or a
+    function of nothing, evaluated per request (e.g. an ``optax.linear_schedule`` of the
+    learner's step). A shard that cannot answer yet (too few items, or its rate limiter
+    holds back) waits up to ``sample_wait_s`` (default: the shards' setting) and then
+    answers "not ready", which this iterator passes on as ``NOT_READY``: ``Concurrently``
+    then moves on to its other ops instead of waiting here.
 
     Example:
-        >>> feed = ParallelReplay(shards, batch_size=512, num_async=4).for_each(Enqueue(learner.inqueue))  # doctest: +SKIP
+        >>> feed = ParallelReplay(shards, batch_size=512, num_async=4).for_each(Enqueue(thread.inqueue))  # doctest: +SKIP
     """
-    source = shards.sampling(batch_size, beta)
-    return ParallelIterator(source, "sample", Context(), name="ParallelReplay").gather_async(num_async).filter(_replay_ready)
+    source = shards.sampling(batch_size, beta, sample_wait_s)
+    return ParallelIterator(source, "sample", Context(), name="ParallelReplay").gather_async(num_async).for_each(_replay_ready)
 
 
 class UpdatePriorities:
-    """Sends a learner's new priorities for a replayed batch to the shard it came from.
+    """Sends new priorities for a replayed batch to the shard it came from.
 
-    Takes ``(replay_batch, new_priorities)`` and returns it unchanged. It waits for the
-    shard's reply: a threaded shard does not promise to run calls in the order sent,
-    and waiting also surfaces invalid priorities here rather than losing them.
+    Takes ``(replay_batch, metrics)`` from ``TrainOneStep`` or a learner thread; the new
+    priorities are ``|metrics["td_error"]| + epsilon`` (Schaul et al., 2016: epsilon keeps
+    every transition reachable). Returns the item unchanged. It waits for the shard's
+    reply: a threaded shard does not promise to run calls in the order sent, and waiting
+    also surfaces invalid priorities here rather than losing them.
 
     Example:
-        >>> Dequeue(learner.outqueue).for_each(UpdatePriorities(shards))  # doctest: +SKIP
+        >>> Dequeue(thread.outqueue).for_each(UpdatePriorities(shards))  # doctest: +SKIP
     """
 
-    def __init__(self, shards: ReplayShards):
-        self.shards = shards
+    def __init__(self, shards: ReplayShards, epsilon: float = 1e-6):
+        self.shards, self.epsilon = shards, epsilon
 
-    def __call__(self, item: tuple[ReplayBatch, np.ndarray]) -> tuple[ReplayBatch, np.ndarray]:
-        batch, priorities = item
+    def __call__(self, item: tuple[ReplayBatch, dict[str, Any]]) -> tuple[ReplayBatch, dict[str, Any]]:
+        batch, metrics = item
+        priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.epsilon
         try:
-            ray.get(self.shards.actors[batch.shard].update_priorities.remote(batch.indices, np.asarray(priorities)), timeout=self.shards.timeout_s)
+            ray.get(
+                self.shards.actors[batch.shard].update_priorities.remote(batch.indices, priorities, batch.generation),
+                timeout=self.shards.timeout_s,
+            )
         except (RayActorError, GetTimeoutError) as e:
             self.shards.on_failure(batch.shard, e)
         return item
+
+
+NUM_TARGET_UPDATES = "num_target_updates"
+
+
+class UpdateTargetNetwork(Operator):
+    """Copies the learner's parameters into its target network every ``every_n_steps``
+    optimizer steps (Mnih et al., 2015); passes items through.
+
+    Example:
+        >>> trained.for_each(UpdateTargetNetwork(learner, every_n_steps=500))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner, every_n_steps: int):
+        self.learner, self.every_n_steps = learner, every_n_steps
+        self._last = learner.version
+
+    def __call__(self, item: Any, ctx: Context) -> Any:
+        if self.learner.version - self._last >= self.every_n_steps:
+            self.learner.update_target()
+            self._last = self.learner.version
+            ctx.counters[NUM_TARGET_UPDATES] += 1
+        return item
+
+
+class UpdateWorkerWeights(Operator):
+    """After a worker's batch, sends it the learner's weights once it has sampled at least
+    ``max_weight_sync_delay`` env steps since its last update (Ape-X's actors fetch
+    parameters every so often rather than after every batch).
+
+    Follows an async gather, which records the worker that produced the batch.
+
+    Example:
+        >>> stored.for_each(UpdateWorkerWeights(learner, workers, max_weight_sync_delay=400))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner, workers: WorkerSet, max_weight_sync_delay: int):
+        self.learner, self.workers, self.max_delay = learner, workers, max_weight_sync_delay
+        self._steps: dict[int, int] = {}
+        self._cache: tuple[int, Any] = (-1, None)
+
+    def __call__(self, batch: SampleBatch, ctx: Context) -> SampleBatch:
+        index = ctx.current_actor[0]
+        self._steps[index] = self._steps.get(index, 0) + batch.env_steps
+        if self._steps[index] >= self.max_delay:
+            version = self.learner.version
+            if self._cache[0] != version:
+                self._cache = (version, self.learner.get_weights())
+            self.workers.set_weights_of(index, self._cache[1], version)
+            self._steps[index] = 0
+            ctx.counters[NUM_WEIGHT_SYNCS] += 1
+        return batch
+
+
+class Enqueue(Operator):
+    """Hands items to a learner thread's input queue, blocking while it is full (the
+    learner sets the pace); the time spent waiting is in ``info["queues"]``.
+
+    Example:
+        >>> ParallelReplay(shards, 512).for_each(Enqueue(thread))  # doctest: +SKIP
+    """
+
+    def __init__(self, thread: LearnerThread):
+        self.thread = thread
+
+    def __call__(self, item: Any, ctx: Context) -> Any:
+        t0 = time.perf_counter()
+        if not put(self.thread.inqueue, item, lambda: not self.thread.is_alive()):
+            self.thread.check()
+            raise RuntimeError("Enqueue: the learner thread has stopped.")
+        waits = ctx.info.setdefault("queues", {})
+        waits["enqueue_wait_s"] = waits.get("enqueue_wait_s", 0.0) + time.perf_counter() - t0
+        return item
+
+
+def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalIterator[Any]:
+    """The learner thread's outputs ``(batch, metrics)``, counted as updates; ``NOT_READY``
+    while none has arrived within half a second (a blocking wait, not a spin), so
+    ``Concurrently`` can serve its other ops.
+
+    Example:
+        >>> Dequeue(thread).for_each(UpdatePriorities(shards))  # doctest: +SKIP
+    """
+
+    def gen() -> Iterable[Any]:
+        ctx = it.context
+        while True:
+            thread.check()
+            t0 = time.perf_counter()
+            try:
+                batch, metrics = thread.outqueue.get(timeout=0.5)
+            except queue.Empty:
+                yield NOT_READY
+                continue
+            waits = ctx.info.setdefault("queues", {})
+            waits["dequeue_wait_s"] = waits.get("dequeue_wait_s", 0.0) + time.perf_counter() - t0
+            waits.update(learner_inqueue_size=thread.inqueue.qsize(), **{f"learner_{k}": v for k, v in thread.stats.items()})
+            record_update(ctx, metrics, len(batch.indices) if isinstance(batch, ReplayBatch) else len(next(iter(batch.values()))))
+            yield batch, metrics
+
+    it = from_iterator(gen, context or Context(), name="Dequeue")
+    return it

@@ -13,6 +13,9 @@ from the other and the replay ratio does not depend on their relative speeds.
 from __future__ import annotations
 
 import copy
+import json
+import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -20,7 +23,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import ray
 
-from jaxflow.replay import PrioritizedReplayBuffer
+from jaxflow import transitions
+from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows
+
+log = logging.getLogger(__name__)
 
 
 class ReplayBatch(NamedTuple):
@@ -34,6 +40,8 @@ class ReplayBatch(NamedTuple):
     """float32 importance weights in (0, 1]."""
     shard: int
     """Index of the shard the items came from."""
+    generation: int = 0
+    """Which incarnation of that shard: a restarted shard ignores priorities for an earlier one's slots."""
 
 
 class ReplayShardError(RuntimeError):
@@ -86,6 +94,7 @@ class ReplayShard:
         samples_per_insert: float | None = None,
         min_size_to_sample: int = 1,
         error_buffer: float = 0.0,
+        generation: int = 0,
     ):
         if samples_per_insert is not None and not (np.isfinite(samples_per_insert) and samples_per_insert > 0):
             raise ValueError(f"samples_per_insert must be positive or None, got {samples_per_insert!r}.")
@@ -93,7 +102,7 @@ class ReplayShard:
             raise ValueError(f"min_size_to_sample must be >= 1, got {min_size_to_sample}.")
         if not (np.isfinite(error_buffer) and error_buffer >= 0):
             raise ValueError(f"error_buffer must be finite and >= 0, got {error_buffer!r}.")
-        self.index = index
+        self.index, self.generation = index, generation
         self.samples_per_insert = samples_per_insert
         self.min_size_to_sample = min_size_to_sample
         self.error_buffer = float(error_buffer)
@@ -103,15 +112,25 @@ class ReplayShard:
         self._sampled = 0
         self._refused_inserts = 0
         self._refused_samples = 0
+        self._frame_stack: int | None = None
+        """Set once the shard holds ReplayRows: their frames per observation."""
         self._cond = threading.Condition()
 
-    def ping(self) -> bool:
-        return True
+    def ping(self) -> int:
+        return self.generation
 
-    def add(self, batch: Mapping[str, np.ndarray], priorities: np.ndarray | None = None, timeout_s: float = 0.0) -> int:
-        """Stores ``batch`` (``{field: [n, ...]}``) if the limiter admits it; returns ``n``,
-        or 0 if it was not admitted within ``timeout_s`` seconds (nothing is stored then)."""
-        n = len(next(iter(batch.values()))) if batch else 0
+    def add(self, batch: Mapping[str, np.ndarray] | ReplayRows, priorities: np.ndarray | None = None, timeout_s: float = 0.0) -> int:
+        """Stores ``batch`` if the limiter admits it; returns the number of items stored,
+        or 0 if it was not admitted within ``timeout_s`` seconds (nothing is stored then).
+
+        ``batch`` is ``{field: [n, ...]}`` (n items), or :class:`ReplayRows` packed by a
+        worker, whose transitions are then the items (frame-only rows are not counted)
+        and are rebuilt into ``obs``/``next_obs`` when sampled. A shard holds one kind.
+        """
+        if isinstance(batch, ReplayRows):
+            batch, priorities, n = self._accept_rows(batch)
+        else:
+            n = len(next(iter(batch.values()))) if batch else 0
         if self.samples_per_insert is not None and self.samples_per_insert * n > 2 * self.error_buffer:
             raise ValueError(
                 f"Replay shard {self.index}: an insert of {n} items with samples_per_insert="
@@ -121,10 +140,23 @@ class ReplayShard:
             if not self._cond.wait_for(lambda: self._can_insert(n), timeout=timeout_s):
                 self._refused_inserts += 1
                 return 0
-            self._buffer.add(batch, priorities)
+            slots = self._buffer.add(batch, priorities)
+            if self._frame_stack and len(self._buffer) == self._buffer.capacity and len(slots):
+                stale = transitions.rows_to_invalidate(int(slots[0]), len(slots), self._buffer.capacity, self._frame_stack)
+                self._buffer.update_priorities(stale, np.zeros(len(stale)))
             self._inserted += n
             self._cond.notify_all()
             return n
+
+    def _accept_rows(self, rows: ReplayRows) -> tuple[dict[str, np.ndarray], np.ndarray, int]:
+        if self._frame_stack is None and len(self._buffer) == 0:
+            self._frame_stack = rows.frame_stack
+        if rows.frame_stack != self._frame_stack:
+            raise ValueError(
+                f"Replay shard {self.index} holds {'plain items' if self._frame_stack is None else f'rows with frame_stack={self._frame_stack}'}"
+                f", not rows with frame_stack={rows.frame_stack}."
+            )
+        return rows.rows, rows.priorities, rows.num_transitions
 
     def sample(self, batch_size: int, beta: float = 0.4, timeout_s: float = 0.0) -> ReplayBatch | None:
         """Draws ``batch_size`` items if the limiter admits it; ``None`` if it did not
@@ -138,15 +170,24 @@ class ReplayShard:
             if not self._cond.wait_for(lambda: self._can_sample(batch_size), timeout=timeout_s):
                 self._refused_samples += 1
                 return None
-            data, indices, weights = self._buffer.sample(batch_size, self._rng, beta)
+            indices, weights = self._buffer.sample_indices(batch_size, self._rng, beta)
+            if self._frame_stack:
+                data = transitions.decode_rows(self._buffer.storage, indices, self._frame_stack)
+            else:
+                data = {k: v[indices] for k, v in self._buffer.storage.items()}
             self._sampled += batch_size
             self._cond.notify_all()
-            return ReplayBatch(data, indices, weights, self.index)
+            return ReplayBatch(data, indices, weights, self.index, self.generation)
 
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """New priorities (before ``alpha``) for slots returned by :meth:`sample`."""
+    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray, generation: int | None = None) -> bool:
+        """New priorities (before ``alpha``) for slots returned by :meth:`sample`; ignored
+        (returns False) when they were sampled from another ``generation`` of this shard,
+        whose slots meant other items."""
+        if generation is not None and generation != self.generation:
+            return False
         with self._cond:
             self._buffer.update_priorities(indices, priorities)
+            return True
 
     def stats(self) -> dict[str, Any]:
         with self._cond:
@@ -170,6 +211,7 @@ class ReplayShard:
                 "inserted": self._inserted,
                 "sampled": self._sampled,
                 "rng": self._rng.bit_generator.state,
+                "frame_stack": self._frame_stack,
             }
 
     def set_state(self, state: Mapping[str, Any]) -> None:
@@ -178,7 +220,29 @@ class ReplayShard:
             self._buffer.set_state(state["buffer"])
             self._inserted, self._sampled = int(state["inserted"]), int(state["sampled"])
             self._rng.bit_generator.state = state["rng"]
+            self._frame_stack = state.get("frame_stack")
             self._cond.notify_all()
+
+    def save(self, path: str) -> int:
+        """Writes :meth:`get_state` to ``path`` (numpy ``.npz`` for the arrays, JSON for the
+        rest; no pickles), through a temporary file renamed when complete. Returns the
+        number of stored items."""
+        state = self.get_state()
+        arrays = {f"buffer/{k}": v for k, v in state["buffer"].items() if isinstance(v, np.ndarray)}
+        scalars = dict(state, buffer={k: v for k, v in state["buffer"].items() if not isinstance(v, np.ndarray)})
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            np.savez(f, __meta__=np.frombuffer(json.dumps(scalars).encode(), np.uint8), **arrays)
+        os.replace(tmp, path)
+        return int(state["buffer"]["size"])
+
+    def load(self, path: str) -> int:
+        """Restores a file written by :meth:`save`; returns the number of stored items."""
+        with np.load(path, allow_pickle=False) as f:
+            state = json.loads(f["__meta__"].tobytes().decode())
+            state["buffer"].update({k[len("buffer/") :]: f[k] for k in f.files if k.startswith("buffer/")})
+        self.set_state(state)
+        return len(self._buffer)
 
     def _can_insert(self, n: int) -> bool:
         if self.samples_per_insert is None or len(self._buffer) < self.min_size_to_sample:
@@ -199,11 +263,17 @@ class ReplayShards:
     Shards take no CPU from Ray's scheduler (``num_cpus=0``), so they never keep a
     rollout worker from starting; each has its own generator, seeded from ``seed``
     through ``SeedSequence.spawn`` so the shards' draws are independent.
-    ``batch_size``, ``beta`` and ``sample_wait_s`` are what a ``"sample"`` request
-    asks for; :meth:`sampling` gives a view with other values over the same actors.
-    A shard waits up to ``sample_wait_s`` for the rate limiter before answering "not
-    ready", so a starved reader waits in the shard rather than polling it; keep it
-    well below ``timeout_s``, after which a silent shard counts as failed.
+    ``batch_size``, ``beta`` (a number, or a function of nothing evaluated per
+    request, for annealing) and ``sample_wait_s`` are what a ``"sample"`` request asks
+    for; :meth:`sampling` gives a view with other values over the same actors. A shard
+    waits up to ``sample_wait_s`` for the rate limiter before answering "not ready", so
+    a starved reader waits in the shard rather than polling it; keep it well below
+    ``timeout_s``, after which a silent shard counts as failed.
+
+    :meth:`save` and :meth:`load` write and read every shard's contents beside a learner
+    checkpoint. With ``on_failure="restart"`` a dead shard is recreated and reloaded
+    from the last checkpoint saved or loaded (empty if there was none); with ``"raise"``
+    its failure ends the run.
 
     Example:
         >>> shards = ReplayShards(4, capacity=100_000, samples_per_insert=8, error_buffer=1000)  # doctest: +SKIP
@@ -221,26 +291,56 @@ class ReplayShards:
         min_size_to_sample: int = 1,
         error_buffer: float = 0.0,
         batch_size: int = 32,
-        beta: float = 0.4,
+        beta: float | Callable[[], float] = 0.4,
         sample_wait_s: float = 0.1,
         max_concurrency: int = 16,
         timeout_s: float = 60.0,
+        on_failure: str = "raise",
     ):
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}.")
+        if on_failure not in ("raise", "restart"):
+            raise ValueError(f"on_failure must be 'raise' or 'restart', got {on_failure!r}.")
         self.batch_size, self.beta, self.sample_wait_s, self.timeout_s = batch_size, beta, sample_wait_s, timeout_s
+        self.on_failure_mode = on_failure
+        # Shared with the views made by sampling(), whichever of them sees a failure.
+        self._recovery: dict[str, Any] = {"restore_from": None, "num_restarts": 0, "restored_sizes": {}}
         # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
-        actor_cls = ray.remote(ReplayShard).options(num_cpus=0, max_concurrency=max_concurrency)
-        seeds = np.random.SeedSequence(seed).spawn(num_shards)
-        self.actors: list[Any] = [
-            actor_cls.remote(capacity, alpha, seeds[i], i, samples_per_insert, min_size_to_sample, error_buffer)
-            for i in range(num_shards)
-        ]
+        self._actor_cls = ray.remote(ReplayShard).options(num_cpus=0, max_concurrency=max_concurrency)
+        self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
+        self._args = (capacity, alpha, samples_per_insert, min_size_to_sample, error_buffer)
+        self._generations = [0] * num_shards
+        self.actors: list[Any] = [self._create(i) for i in range(num_shards)]
 
-    def sampling(self, batch_size: int, beta: float) -> ReplayShards:
+    @property
+    def num_restarts(self) -> int:
+        return self._recovery["num_restarts"]
+
+    @property
+    def restored_sizes(self) -> dict[int, int]:
+        """Items each restarted shard got back from the checkpoint, by shard index (the last restart)."""
+        return dict(self._recovery["restored_sizes"])
+
+    @property
+    def restore_from(self) -> str | None:
+        """Checkpoint directory a restarted shard reloads from: the last one saved to
+        (once its caller calls :meth:`saved_at`) or loaded from."""
+        return self._recovery["restore_from"]
+
+    def saved_at(self, directory: str) -> None:
+        """Records that a checkpoint written by :meth:`save` now lives at ``directory``."""
+        self._recovery["restore_from"] = directory
+
+    def _create(self, i: int, generation: int = 0) -> Any:
+        capacity, alpha, spi, min_size, slack = self._args
+        return self._actor_cls.remote(capacity, alpha, self._seeds[i], i, spi, min_size, slack, generation)
+
+    def sampling(self, batch_size: int, beta: float | Callable[[], float], sample_wait_s: float | None = None) -> ReplayShards:
         """A view over the same actors whose ``"sample"`` requests use these values."""
         view = copy.copy(self)
         view.batch_size, view.beta = batch_size, beta
+        if sample_wait_s is not None:
+            view.sample_wait_s = sample_wait_s
         return view
 
     def live(self) -> list[tuple[int, Any]]:
@@ -250,11 +350,51 @@ class ReplayShards:
         if fns:
             raise ValueError("ReplayShards: par_for_each is not supported; transform batches with for_each after gathering.")
         if method == "sample":
-            return handle.sample.remote(self.batch_size, self.beta, self.sample_wait_s)
+            beta = self.beta() if callable(self.beta) else self.beta
+            return handle.sample.remote(self.batch_size, float(beta), self.sample_wait_s)
         return getattr(handle, method).remote()
 
     def on_failure(self, index: int, error: BaseException) -> None:
-        raise ReplayShardError(f"replay shard {index} failed: {error}") from error
+        if self.on_failure_mode == "raise":
+            raise ReplayShardError(
+                f"replay shard {index} failed: {error}. Set on_worker_failure='restart' to recreate it from the last checkpoint."
+            ) from error
+        try:
+            # Requests that were in flight to a shard already replaced fail too; its replacement answers.
+            ray.get(self.actors[index].ping.remote(), timeout=min(10.0, self.timeout_s))
+            return
+        except ray.exceptions.RayError:
+            pass
+        ray.kill(self.actors[index], no_restart=True)
+        self._generations[index] += 1
+        new = self._create(index, self._generations[index])
+        path = self._path(self.restore_from, index) if self.restore_from else None
+        restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path and os.path.exists(path) else 0
+        self.actors[index] = new
+        self._recovery["num_restarts"] += 1
+        self._recovery["restored_sizes"][index] = restored
+        log.warning("replay shard %d failed (%s); restarted it with %d items from %s", index, error, restored, path or "nothing")
+
+    @staticmethod
+    def _path(directory: str, index: int) -> str:
+        return os.path.join(directory, f"replay_shard_{index}.npz")
+
+    def save(self, directory: str) -> list[int]:
+        """Every shard writes its contents under ``directory`` (in parallel); returns their sizes.
+
+        The shards write the files themselves, so on a multi-node cluster ``directory``
+        must be on storage every node can reach.
+        """
+        return ray.get([a.save.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
+
+    def load(self, directory: str) -> list[int]:
+        """Restores every shard from files written by :meth:`save`; returns their sizes."""
+        missing = [p for p in (self._path(directory, i) for i in range(len(self.actors))) if not os.path.exists(p)]
+        if missing:
+            raise FileNotFoundError(f"No replay contents for {len(missing)} of {len(self.actors)} shards: {missing[0]} ...")
+        sizes = ray.get([a.load.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
+        self.saved_at(directory)
+        return sizes
 
     def stats(self) -> list[dict[str, Any]]:
         """Every shard's :meth:`ReplayShard.stats`, in shard order."""

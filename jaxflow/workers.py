@@ -16,6 +16,7 @@ import envs
 from jaxflow.config import ConfigError
 from jaxflow.iterators import _call
 from jaxflow.networks import forward_packed
+from jaxflow.replay import ReplayRows
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +24,13 @@ STARTUP_TIMEOUT_S = 180.0
 
 
 class SampleBatch(NamedTuple):
-    """A time-major trajectory fragment ``data[name]: [T, B, ...]`` and what came with it."""
+    """A time-major trajectory fragment ``data[name]: [T, B, ...]`` and what came with it.
 
-    data: dict[str, np.ndarray]
+    With an ``encode`` step in the :class:`WorkerSpec`, ``data`` is what that returns
+    instead (replay rows for DQN and Ape-X, see :class:`~jaxflow.replay.ReplayRows`).
+    """
+
+    data: Any
     env_steps: int
     episode_returns: np.ndarray
     """Returns of the episodes that ended inside this fragment."""
@@ -38,8 +43,12 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     """Concatenates fragments of equal length T along the batch axis."""
     if len(batches) == 1:
         return batches[0]
+    if isinstance(batches[0].data, ReplayRows):
+        data: Any = ReplayRows.concatenate([b.data for b in batches])
+    else:
+        data = {k: np.concatenate([b.data[k] for b in batches], axis=1) for k in batches[0].data}
     return SampleBatch(
-        {k: np.concatenate([b.data[k] for b in batches], axis=1) for k in batches[0].data},
+        data,
         sum(b.env_steps for b in batches),
         np.concatenate([b.episode_returns for b in batches]),
         np.concatenate([b.episode_lengths for b in batches]),
@@ -65,6 +74,7 @@ def example_train_batch(spec: "WorkerSpec", obs_space: Any, num_actions: int, en
         obs=tb(*obs_space.shape, dtype=envs.vector.obs_dtype(obs_space)), actions=tb(dtype=np.int32), logp=tb(),
         logits=tb(num_actions), values=tb(), rewards=tb(), discounts=tb(),
         bootstrap_value=jax.ShapeDtypeStruct((B,), np.float32),
+        last_obs=jax.ShapeDtypeStruct((B,) + obs_space.shape, envs.vector.obs_dtype(obs_space)),
     )
     if spec.postprocess is not None:
         traj = jax.eval_shape(functools.partial(spec.postprocess, config=cfg), traj)
@@ -86,14 +96,20 @@ class GradientsResult(NamedTuple):
 class WorkerSpec:
     """What a rollout worker needs: the algorithm's config, network and pure functions.
 
-    ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE);
-    ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute gradients (A3C).
+    ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE),
+    compiled; ``encode(traj, config)`` then runs in numpy on the host (e.g. packing
+    replay rows); ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute
+    gradients (A3C); ``explore(rng, logits, config, worker_index, env_steps) ->
+    (actions, logp)`` picks actions from the network's first output (default: sample
+    the softmax; DQN: epsilon-greedy on Q-values).
     """
 
     config: Any
     network: Any
     postprocess: Callable[..., Any] | None = None
     loss: Callable[..., Any] | None = None
+    encode: Callable[..., Any] | None = None
+    explore: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
 
 
 class RolloutWorker:
@@ -118,9 +134,12 @@ class RolloutWorker:
             if spec.loss
             else None
         )
+        self._encode = spec.encode
+        self._explore = spec.explore
         self._key = jax.random.PRNGKey(seed)
         self._rng = np.random.default_rng(seed)
         self._obs = self.env.reset()
+        self.env_steps = 0
         self.params: Any = None
         self.weights_version = -1
 
@@ -132,7 +151,8 @@ class RolloutWorker:
         self.weights_version = version
 
     def sample(self) -> SampleBatch:
-        """One fragment ``[T, B]``: obs, actions, logp, logits, values, rewards, discounts.
+        """One fragment ``[T, B]``: obs, actions, logp, logits, values, rewards, discounts,
+        plus ``bootstrap_value`` and ``last_obs`` ``[B]`` after the last step.
 
         A truncated episode's last reward gets ``gamma * V(final_obs)`` added and its
         discount set to 0, so returns bootstrap from the value on a time limit but
@@ -148,7 +168,10 @@ class RolloutWorker:
         for t in range(T):
             obs[t] = self._obs
             lg, v = self._logits_values(self._obs)
-            a, lp = sample_categorical(self._rng, lg)
+            if self._explore is None:
+                a, lp = sample_categorical(self._rng, lg)
+            else:
+                a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B)
             if logits is None:
                 logits = np.empty((T,) + lg.shape, np.float32)
             step = self.env.step(a)
@@ -161,10 +184,13 @@ class RolloutWorker:
             self._obs = step.obs
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
-            discounts=discounts, bootstrap_value=self._logits_values(self._obs)[1],
+            discounts=discounts, bootstrap_value=self._logits_values(self._obs)[1], last_obs=self._obs,
         )
+        self.env_steps += T * B
         if self._postprocess is not None:
             traj = jax.device_get(self._postprocess(traj))
+        if self._encode is not None:
+            traj = self._encode(traj, cfg)
         returns, lengths = self.env.pop_episodes()
         return SampleBatch(traj, T * B, returns, lengths, self.weights_version)
 

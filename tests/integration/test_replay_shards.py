@@ -97,7 +97,8 @@ def test_update_priorities_land_on_the_right_shard_and_item(make_shards):
     def new_priority(ids: np.ndarray) -> np.ndarray:
         return 0.5 + ids.astype(np.float64)
 
-    updates = from_items([(b, new_priority(b.data["id"])) for b in batches]).for_each(UpdatePriorities(shards))
+    # UpdatePriorities reads |td_error| + epsilon from the learner's metrics.
+    updates = from_items([(b, {"td_error": -new_priority(b.data["id"])}) for b in batches]).for_each(UpdatePriorities(shards, epsilon=0.0))
     assert len(updates.take(12)) == 12
 
     states = [s["buffer"] for s in ray.get([a.get_state.remote() for a in shards.actors])]
