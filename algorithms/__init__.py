@@ -2,6 +2,8 @@
 
 from algorithms.a2c import A2C, A2CConfig
 from algorithms.a3c import A3C, A3CConfig
+from algorithms.apex import APEX, ApexConfig
+from algorithms.dqn import DQN, DQNConfig
 from algorithms.ppo import PPO, PPOConfig
 
-__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "PPO", "PPOConfig"]
+__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "DQN", "DQNConfig", "PPO", "PPOConfig"]

@@ -19,7 +19,7 @@ def no_ray(monkeypatch):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--algo", "PPX"], "Unknown algorithm 'PPX'. Did you mean ['PPO']"),
+        (["--algo", "PPX"], "Unknown algorithm 'PPX'. Did you mean ['PPO'"),
         (["--algo", "ppo", "--env", "CartPol-v1"], "Did you mean one of ['CartPole-v1'"),
         (["--algo", "ppo", "--set", "lrr=0.1"], "has no field 'lrr'. Did you mean ['lr']"),
         (["--algo", "ppo", "--set", "lr=-1"], "PPOConfig.lr must satisfy 0 < value, got -1.0"),
@@ -39,7 +39,7 @@ def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, messag
 def test_list_names_algorithms_and_envs(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "algorithms: A2C, A3C, PPO" in out
+    assert "algorithms: A2C, A3C, APEX, DQN, PPO" in out
     assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out
 
 

@@ -40,3 +40,39 @@ def test_ppo_samples_in_the_driver_with_zero_workers(ray_local):
         algo.stop()
     assert result["num_healthy_workers"] == 1
     assert result["episode_return_mean"] >= 200.0, result
+
+
+def test_dqn_reaches_450_within_200k_steps(ray_local):
+    algo = Algorithm.build("DQN", env="CartPole-v1", seed=0)
+    try:
+        result = train(algo, {"episode_return_mean": 450.0, "env_steps_sampled": 200_000}, verbose=False)
+    finally:
+        algo.stop()
+    assert result["episode_return_mean"] >= 450.0, result
+    assert result["env_steps_sampled"] <= 200_000 + 2048
+    # The replay ratio is the configured one: 8 replayed transitions per sampled one, in
+    # whole rounds, counted from learning_starts on.
+    assert result["env_steps_trained"] == pytest.approx(8 * (result["env_steps_sampled"] - 1_000), rel=0.05)
+
+
+def test_apex_greedy_policy_reaches_400_within_300k_steps(ray_local):
+    """Ape-X's training returns mix its actors' exploration rates (0.4 and 0.4^8 with
+    two actors), so the learned policy is judged greedily, as in the paper's evaluation.
+    A rate limiter fixes the replay ratio at 4, so the result does not hang on how fast
+    the learner thread runs next to the actors on this machine."""
+    algo = Algorithm.build("APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, samples_per_insert=4.0, seed=0)
+    try:
+        best = 0.0
+        while algo.last_result is None or algo.last_result["env_steps_sampled"] < 300_000:
+            result = algo.train()
+            if result["episode_return_mean"] >= 200:
+                best = max(best, algo.evaluate(episodes=10)["return_mean"])
+            if best >= 400:
+                break
+        stats = algo.replay.stats()
+    finally:
+        algo.stop()
+    assert best >= 400.0, result
+    assert result["num_healthy_workers"] == 2 and len(stats) == 2
+    assert all(s["size"] > 0 for s in stats)
+    assert result["num_weight_syncs"] > 0 and result["learner"]["mean_abs_td_error"] > 0

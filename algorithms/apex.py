@@ -1,0 +1,117 @@
+"""Ape-X DQN (Horgan et al., 2018, "Distributed Prioritized Experience Replay"): many
+actors with a spread of exploration rates compute initial priorities and write to
+sharded prioritized replay; one learner thread trains on replayed batches and sends
+the new priorities back. DQN's loss, n-step targets and replay rows are imported,
+not copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from algorithms.dqn import DQNConfig, beta_schedule, encode, epsilon_greedy, loss, make_replay, postprocess
+from jaxflow import (
+    AlgorithmSpec,
+    Concurrently,
+    Dequeue,
+    Enqueue,
+    ParallelReplay,
+    ParallelRollouts,
+    ReportMetrics,
+    StoreToReplay,
+    UpdatePriorities,
+    UpdateTargetNetwork,
+    UpdateWorkerWeights,
+    register_algorithm,
+)
+from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.networks import MLPQNetwork
+from jaxflow.operators import replay_train_batch
+
+
+@dataclasses.dataclass(frozen=True)
+class ApexConfig(DQNConfig):
+    """Ape-X settings: DQN's, plus the actors', the replay shards' and the learner thread's."""
+
+    num_workers: int = param(2, POSITIVE)
+    """Actors (rollout workers), each with its own exploration rate."""
+    num_replay_shards: int = param(2, POSITIVE)
+    """Replay shard actors; each fragment goes to one chosen at random."""
+    buffer_size: int = param(100_000, POSITIVE)
+    """Transitions kept over all replay shards."""
+    train_batch_size: int = param(512, POSITIVE)
+    """Replayed transitions per learner update."""
+    samples_per_insert: float | None = None
+    """Rate limiter (Reverb's sample-to-insert ratio) on every shard; None (default) lets the
+    learner replay as fast as it can, as in the paper."""
+    target_network_update_freq: int = param(50, POSITIVE)
+    """Learner updates between target network copies."""
+    max_weight_sync_delay: int = param(400, POSITIVE)
+    """Env steps an actor samples between two fetches of the learner's weights."""
+    worker_epsilon_base: float = param(0.4, UNIT)
+    """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
+    worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
+    """alpha in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
+    replay_num_async: int = param(2, POSITIVE)
+    """Sample requests in flight per shard."""
+    rollouts_num_async: int = param(2, POSITIVE)
+    """Sample requests in flight per actor."""
+    learner_queue_size: int = param(4, POSITIVE)
+    """Replayed batches waiting for the learner thread (and results waiting for the plan)."""
+    min_env_steps_per_iteration: int = param(5_000, NON_NEGATIVE)
+    """Env steps sampled per reported training iteration."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.num_workers >= 1, "ApexConfig.num_workers must be >= 1: its actors are Ray actors.")
+        require(self.samples_per_insert is None or self.samples_per_insert > 0,
+                f"ApexConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.")
+
+
+def worker_epsilon(config: ApexConfig, worker_index: int) -> float:
+    """Ape-X's fixed per-actor exploration rates ``eps_i = eps^(1 + alpha i / (N - 1))``
+    (Horgan et al., 2018, Section 4.1); a single actor uses ``eps``."""
+    n = config.num_workers
+    exponent = 1.0 + (config.worker_epsilon_alpha * worker_index / (n - 1) if n > 1 else 0.0)
+    return config.worker_epsilon_base**exponent
+
+
+def explore(rng: np.random.Generator, q: np.ndarray, config: ApexConfig, worker_index: int, env_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    return epsilon_greedy(rng, q, worker_epsilon(config, worker_index))
+
+
+def make_limited_replay(config: ApexConfig) -> Any:
+    # The slack admits one actor's fragment after a full batch, so some call can always proceed.
+    r = config.samples_per_insert
+    fragment = config.num_envs_per_worker * config.rollout_fragment_length
+    slack = 0.0 if r is None else r * fragment + config.train_batch_size
+    return make_replay(config, r, slack)
+
+
+def plan(workers, learner, config: ApexConfig, replay):
+    thread = learner.start_thread(replay_train_batch, config.learner_queue_size, config.learner_queue_size)
+    # (1) actors sample asynchronously into random shards and fetch new weights every so often
+    store = (ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
+             .for_each(StoreToReplay(replay, seed=config.seed))
+             .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
+    # (2) replayed batches from every shard feed the learner thread
+    feed = (ParallelReplay(replay, config.train_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async)
+            .for_each(Enqueue(thread)))
+    # (3) the learner's TD errors go back to the shards as priorities; the target network lags
+    update = (Dequeue(thread).for_each(UpdatePriorities(replay, config.prioritized_replay_eps))
+              .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
+    return ReportMetrics(Concurrently([store, feed, update], mode="async", output_indexes=[2]), workers,
+                         config.min_env_steps_per_iteration)
+
+
+APEX = register_algorithm(
+    AlgorithmSpec(
+        "APEX", ApexConfig, loss, plan, postprocess,
+        sgd=lambda c: (1, c.train_batch_size),
+        network=lambda c, num_actions: MLPQNetwork(num_actions, tuple(c.hidden_sizes), c.dueling),
+        target_network=True, replay=make_limited_replay, explore=explore, encode=encode,
+    )
+)

@@ -1,0 +1,151 @@
+"""DQN and Ape-X on real Ray: replay contents checkpointed with the learner, a killed
+replay shard restored from the last checkpoint, the learner thread and its queues."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import optax
+import pytest
+import ray
+
+from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, from_items
+from jaxflow.iterators import NOT_READY
+
+SMALL = dict(env="CartPole-v1", num_workers=1, num_envs_per_worker=4, rollout_fragment_length=16,
+             learning_starts=200, buffer_size=20_000, min_env_steps_per_iteration=512, seed=5)
+
+
+def test_replay_is_checkpointed_with_the_learner_and_resumed(ray_local, tmp_path):
+    algo = Algorithm.build("DQN", **SMALL)
+    try:
+        for _ in range(3):
+            algo.train()
+        sizes = [s["size"] for s in algo.replay.stats()]
+        path = algo.save(str(tmp_path))
+        steps = algo.last_result["env_steps_sampled"]
+    finally:
+        algo.stop()
+    assert sizes[0] > 0
+    restored = Algorithm.restore(str(tmp_path))
+    try:
+        assert [s["size"] for s in restored.replay.stats()] == sizes
+        assert restored.learner.state.target_params is not None
+        result = restored.train()
+        assert result["env_steps_sampled"] > steps and result["num_updates"] > 0
+    finally:
+        restored.stop()
+    assert path.endswith("checkpoint_000003")
+
+
+def test_killed_replay_shard_restarts_from_the_last_checkpoint(ray_local, tmp_path):
+    algo = Algorithm.build("DQN", num_replay_shards=2, on_worker_failure="restart", **SMALL)
+    try:
+        for _ in range(2):
+            algo.train()
+        algo.save(str(tmp_path))
+        saved = [s["size"] for s in algo.replay.stats()]
+        for _ in range(2):
+            algo.train()
+        assert algo.replay.stats()[1]["size"] > saved[1]  # more was stored after the checkpoint
+        ray.kill(algo.replay.actors[1], no_restart=True)
+        results = [algo.train() for _ in range(2)]
+        assert algo.replay.num_restarts == 1
+        assert algo.replay.restored_sizes == {1: saved[1]}
+        assert results[-1]["env_steps_sampled"] > results[0]["env_steps_sampled"]
+        assert results[-1]["num_updates"] > results[0]["num_updates"]
+    finally:
+        algo.stop()
+
+
+def test_killed_replay_shard_raises_by_default(ray_local):
+    algo = Algorithm.build("DQN", num_replay_shards=2, **SMALL)
+    try:
+        algo.train()
+        ray.kill(algo.replay.actors[0], no_restart=True)
+        with pytest.raises(Exception, match="replay shard 0 failed"):
+            for _ in range(3):
+                algo.train()
+    finally:
+        algo.stop()
+
+
+def test_apex_runs_its_three_subflows(ray_local):
+    algo = Algorithm.build("APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, learning_starts=200,
+                           train_batch_size=64, min_env_steps_per_iteration=2_000, max_weight_sync_delay=100, seed=1)
+    try:
+        results = [algo.train() for _ in range(3)]
+        stats = algo.replay.stats()
+    finally:
+        algo.stop()
+    last = results[-1]
+    assert last["num_updates"] > 0 and last["env_steps_trained"] == 64 * last["num_updates"]
+    assert last["num_weight_syncs"] >= 2  # both actors got weights back
+    assert all(s["inserted"] > 0 and s["sampled"] > 0 for s in stats)
+    queues = algo.context.info["queues"]
+    assert queues["learner_updates"] >= last["num_updates"] - 4  # at most a queue's worth in flight
+    assert queues["enqueue_wait_s"] >= 0 and queues["dequeue_wait_s"] >= 0
+
+
+def _toy_learner():
+    def loss_fn(params, batch, rng):
+        err = params["w"] * batch["x"] - batch["y"]
+        return (err**2).mean(), {"td_error": err}
+
+    return Learner(loss_fn, optax.sgd(0.1), {"w": np.float32(0.0)})
+
+
+def test_learner_thread_round_trip_keeps_order_and_per_sample_metrics():
+    learner = _toy_learner()
+    thread = learner.start_thread(lambda item: item)
+    try:
+        batches = [{"x": np.full(4, float(i + 1), np.float32), "y": np.zeros(4, np.float32)} for i in range(5)]
+        fed = from_items(batches).for_each(Enqueue(thread))
+        for _ in batches:
+            next(fed)
+        out = Dequeue(thread)
+        results = []
+        while len(results) < 5:
+            results.append(next(out))
+        assert [b["x"][0] for b, _ in results] == [1.0, 2.0, 3.0, 4.0, 5.0]
+        assert all(m["td_error"].shape == (4,) for _, m in results)
+        assert learner.version == 5 and thread.stats["updates"] == 5
+    finally:
+        learner.stop()
+
+
+def test_learner_thread_failure_is_raised_in_the_plan():
+    learner = _toy_learner()
+    thread = learner.start_thread(lambda item: item)
+    try:
+        thread.inqueue.put({"x": np.ones(3, np.float32)})  # no "y": the loss raises
+        out = Dequeue(thread)
+        with pytest.raises(LearnerThreadError, match="learner thread failed"):
+            for _ in range(20):
+                out._pull()
+    finally:
+        learner.stop()
+
+
+def test_enqueue_blocks_while_the_queue_is_full_without_spinning():
+    learner = _toy_learner()
+    thread = learner.start_thread(lambda item: item, inqueue_size=1, outqueue_size=1)
+    try:
+        batch = {"x": np.ones(2, np.float32), "y": np.ones(2, np.float32)}
+        fed = from_items([batch] * 4).for_each(Enqueue(thread))
+        done = threading.Event()
+
+        def feed():
+            for _ in range(4):
+                next(fed)
+            done.set()
+
+        threading.Thread(target=feed, daemon=True).start()
+        # Output queue of 1 + the item in update + input queue of 1: the fourth put must wait.
+        assert not done.wait(2.0)
+        out = Dequeue(thread)
+        got = [item for item in (out._pull() for _ in range(8)) if item is not NOT_READY]
+        assert done.wait(5.0) and len(got) >= 1
+    finally:
+        learner.stop()
