@@ -42,15 +42,17 @@ class ApexConfig(DQNConfig):
     """Replay shard actors; each fragment goes to one chosen at random."""
     buffer_size: int = param(100_000, POSITIVE)
     """Transitions kept over all replay shards."""
-    train_batch_size: int = param(512, POSITIVE)
-    """Replayed transitions per learner update."""
+    train_batch_size: int = param(128, POSITIVE)
+    """Replayed transitions per SGD step."""
+    replay_batch_size: int = param(512, POSITIVE)
+    """Transitions per replay request (the paper's 512), split into SGD steps of ``train_batch_size``."""
     samples_per_insert: float | None = None
     """Rate limiter (Reverb's sample-to-insert ratio) on every shard; None (default) lets the
     learner replay as fast as it can, as in the paper."""
-    target_network_update_freq: int = param(50, POSITIVE)
-    """Learner updates between target network copies."""
+    target_network_update_freq: int = param(100, POSITIVE)
+    """SGD steps between target network copies."""
     max_weight_sync_delay: int = param(400, POSITIVE)
-    """Env steps an actor samples between two fetches of the learner's weights."""
+    """Env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
     worker_epsilon_base: float = param(0.4, UNIT)
     """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
     worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
@@ -66,6 +68,8 @@ class ApexConfig(DQNConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        require(self.replay_batch_size % self.train_batch_size == 0,
+                f"replay_batch_size ({self.replay_batch_size}) must be a multiple of train_batch_size ({self.train_batch_size}).")
         require(self.num_workers >= 1, "ApexConfig.num_workers must be >= 1: its actors are Ray actors.")
         require(self.samples_per_insert is None or self.samples_per_insert > 0,
                 f"ApexConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.")
@@ -87,7 +91,7 @@ def make_limited_replay(config: ApexConfig) -> Any:
     # The slack admits one actor's fragment after a full batch, so some call can always proceed.
     r = config.samples_per_insert
     fragment = config.num_envs_per_worker * config.rollout_fragment_length
-    slack = 0.0 if r is None else r * fragment + config.train_batch_size
+    slack = 0.0 if r is None else r * fragment + config.replay_batch_size
     return make_replay(config, r, slack)
 
 
@@ -95,13 +99,13 @@ def plan(workers, learner, config: ApexConfig, replay):
     thread = learner.start_thread(replay_train_batch, config.learner_queue_size, config.learner_queue_size)
     # (1) actors sample asynchronously into random shards and fetch new weights every so often
     store = (ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
-             .for_each(StoreToReplay(replay, seed=config.seed))
+             .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
              .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
     # (2) replayed batches from every shard feed the learner thread
-    feed = (ParallelReplay(replay, config.train_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async)
+    feed = (ParallelReplay(replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async)
             .for_each(Enqueue(thread)))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags
-    update = (Dequeue(thread).for_each(UpdatePriorities(replay, config.prioritized_replay_eps))
+    update = (Dequeue(thread).for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
               .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
     return ReportMetrics(Concurrently([store, feed, update], mode="async", output_indexes=[2]), workers,
                          config.min_env_steps_per_iteration)

@@ -18,7 +18,6 @@ import rlax
 
 from jaxflow import (
     AlgorithmSpec,
-    BroadcastWeights,
     CommonConfig,
     Concurrently,
     ParallelReplay,
@@ -29,6 +28,7 @@ from jaxflow import (
     TrainOneStep,
     UpdatePriorities,
     UpdateTargetNetwork,
+    UpdateWorkerWeights,
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
@@ -91,6 +91,8 @@ class DQNConfig(CommonConfig):
     """Env steps (over all workers) of the linear epsilon decay."""
     frame_stack: int = param(1, POSITIVE)
     """Frames stacked along each observation's first axis (4 for Atari); replay stores single frames."""
+    max_weight_sync_delay: int = param(256, POSITIVE)
+    """Env steps a worker samples between two fetches of the learner's weights."""
     huber_delta: float = param(1.0, POSITIVE)
     """Quadratic-to-linear switch point of the TD loss."""
     min_env_steps_per_iteration: int = param(2_000, NON_NEGATIVE)
@@ -213,23 +215,25 @@ def beta_schedule(learner: Any, config: Any) -> Any:
     return lambda: float(beta(learner.version))
 
 
-def sgd_steps_per_round(config: DQNConfig) -> int:
-    """SGD steps after each sampling round, so that ``samples_per_insert`` holds on average."""
-    per_round = max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length
-    return max(1, round(per_round * config.samples_per_insert / config.train_batch_size))
+def sgd_steps_per_fragment(config: DQNConfig) -> int:
+    """SGD steps after each stored fragment, so that ``samples_per_insert`` holds on average."""
+    fragment = config.num_envs_per_worker * config.rollout_fragment_length
+    return max(1, round(fragment * config.samples_per_insert / config.train_batch_size))
 
 
 def plan(workers, learner, config: DQNConfig, replay: ReplayShards):
-    # (1) every worker samples a fragment (n-step targets, priorities and rows made there) into the replay
-    store = (ParallelRollouts(workers, mode="bulk_sync").for_each(StoreToReplay(replay, seed=config.seed))
-             .for_each(BroadcastWeights(learner, workers)))
-    # (2) one replayed batch per round, split into SGD steps; TD errors become priorities; the target lags
-    batch = sgd_steps_per_round(config) * config.train_batch_size
+    # (1) workers sample fragments (n-step targets, priorities and rows made there; one more fragment
+    #     in flight while the driver trains) into the replay, and get fresh weights every few fragments
+    store = (ParallelRollouts(workers, mode="async", num_async=2)
+             .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
+             .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
+    # (2) one replayed batch per fragment, split into SGD steps; TD errors become priorities; the target lags
+    batch = sgd_steps_per_fragment(config) * config.train_batch_size
     train = (ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0)
              .for_each(TrainOneStep(learner))
-             .for_each(UpdatePriorities(replay, config.prioritized_replay_eps))
+             .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
              .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
-    # (3) alternate the two: sample a round, replay once (a no-op until learning_starts)
+    # (3) alternate the two: store a fragment, replay once (a no-op until learning_starts)
     return ReportMetrics(Concurrently([store, train], mode="round_robin", output_indexes=[1]), workers,
                          config.min_env_steps_per_iteration)
 

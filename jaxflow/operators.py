@@ -244,24 +244,58 @@ REPLAY_ITEMS_STORED = "replay_items_stored"
 REPLAY_ITEMS_DROPPED = "replay_items_dropped"
 
 
+class _ShardCalls:
+    """Replies still owed by replay shards: at most ``limit`` calls in flight; the oldest is
+    waited for before another is sent. ``limit=1`` waits for every reply at once."""
+
+    def __init__(self, shards: ReplayShards, limit: int, timeout_s: float):
+        if limit < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {limit}")
+        self.shards, self.limit, self.timeout_s = shards, limit, timeout_s
+        self._pending: list[tuple[ray.ObjectRef, int, Any]] = []
+
+    def send(self, ref: ray.ObjectRef, shard: int, on_reply: Any) -> None:
+        self._pending.append((ref, shard, on_reply))
+        while len(self._pending) >= self.limit:
+            self._settle(self._pending.pop(0))
+
+    def flush(self) -> None:
+        while self._pending:
+            self._settle(self._pending.pop(0))
+
+    def _settle(self, call: tuple[ray.ObjectRef, int, Any]) -> None:
+        ref, shard, on_reply = call
+        try:
+            reply = ray.get(ref, timeout=self.timeout_s)
+        except (RayActorError, GetTimeoutError) as e:
+            self.shards.on_failure(shard, e)
+            reply = None  # a source that replaces failed shards instead of raising lost this call
+        on_reply(reply)
+
+
 class StoreToReplay(Operator):
     """Stores each batch in one replay shard and passes it on unchanged (Ape-X's actors → replay).
 
     A :class:`SampleBatch` is flattened from time-major ``[T, B]`` to ``[T * B]`` items,
     unless its workers packed it as :class:`~jaxflow.replay.ReplayRows` (each observation
-    stored once; stored as they are); a plain dict is stored as is. The shard is ``shard`` if given, else drawn uniformly
-    by a generator seeded with ``seed``. The call waits for the shard's reply, so the
-    counts are exact and a full shard slows the producer down instead of queueing
-    without bound: ``replay_items_stored`` counts admitted items, and
-    ``replay_items_dropped`` those the shard's rate limiter refused within ``timeout_s``.
+    stored once; stored as they are); a plain dict is stored as is. The shard is
+    ``shard`` if given, else drawn uniformly by a generator seeded with ``seed``.
+
+    At most ``max_in_flight`` stores await the shards' replies (1: each call waits for its
+    reply, so counts are exact when it returns); beyond that the producer waits, so a
+    shard that holds inserts back slows the producer down instead of letting calls queue
+    without bound. ``replay_items_stored`` counts admitted items and
+    ``replay_items_dropped`` those the shard's rate limiter refused within ``timeout_s``,
+    as the replies arrive; :meth:`flush` waits for all of them.
 
     Example:
         >>> store = ParallelRollouts(workers, mode="async").for_each(StoreToReplay(shards))  # doctest: +SKIP
     """
 
-    def __init__(self, shards: ReplayShards, shard: int | None = None, seed: int = 0, timeout_s: float = 0.0):
+    def __init__(self, shards: ReplayShards, shard: int | None = None, seed: int = 0, timeout_s: float = 0.0, max_in_flight: int = 1):
         self.shards, self.shard, self.timeout_s = shards, shard, timeout_s
         self._rng = np.random.default_rng(seed)
+        self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s + timeout_s)
 
     def __call__(self, item: SampleBatch | dict[str, np.ndarray], ctx: Context) -> Any:
         data = item.data if isinstance(item, SampleBatch) else item
@@ -271,14 +305,17 @@ class StoreToReplay(Operator):
             data = flatten_time_major(data) if isinstance(item, SampleBatch) else data
             n = len(next(iter(data.values())))
         index = self.shard if self.shard is not None else int(self._rng.integers(len(self.shards.actors)))
-        try:
-            added = ray.get(self.shards.actors[index].add.remote(data, None, self.timeout_s), timeout=self.shards.timeout_s + self.timeout_s)
-        except (RayActorError, GetTimeoutError) as e:
-            self.shards.on_failure(index, e)
-            added = 0  # a source that drops failed shards instead of raising lost this batch
-        ctx.counters[REPLAY_ITEMS_STORED] += added
-        ctx.counters[REPLAY_ITEMS_DROPPED] += n - added
+
+        def count(added: int | None) -> None:
+            ctx.counters[REPLAY_ITEMS_STORED] += added or 0
+            ctx.counters[REPLAY_ITEMS_DROPPED] += n - (added or 0)
+
+        self._calls.send(self.shards.actors[index].add.remote(data, None, self.timeout_s), index, count)
         return item
+
+    def flush(self) -> None:
+        """Waits for every store still in flight."""
+        self._calls.flush()
 
 
 def _replay_ready(batch: ReplayBatch | None) -> Any:
@@ -309,28 +346,28 @@ class UpdatePriorities:
 
     Takes ``(replay_batch, metrics)`` from ``TrainOneStep`` or a learner thread; the new
     priorities are ``|metrics["td_error"]| + epsilon`` (Schaul et al., 2016: epsilon keeps
-    every transition reachable). Returns the item unchanged. It waits for the shard's
-    reply: a threaded shard does not promise to run calls in the order sent, and waiting
-    also surfaces invalid priorities here rather than losing them.
+    every transition reachable). Returns the item unchanged. At most ``max_in_flight``
+    updates await their replies (1: each waits), so invalid priorities surface here
+    rather than being lost; a shard restarted since the batch was drawn ignores them.
 
     Example:
-        >>> Dequeue(thread.outqueue).for_each(UpdatePriorities(shards))  # doctest: +SKIP
+        >>> Dequeue(thread).for_each(UpdatePriorities(shards))  # doctest: +SKIP
     """
 
-    def __init__(self, shards: ReplayShards, epsilon: float = 1e-6):
+    def __init__(self, shards: ReplayShards, epsilon: float = 1e-6, max_in_flight: int = 1):
         self.shards, self.epsilon = shards, epsilon
+        self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s)
 
     def __call__(self, item: tuple[ReplayBatch, dict[str, Any]]) -> tuple[ReplayBatch, dict[str, Any]]:
         batch, metrics = item
         priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.epsilon
-        try:
-            ray.get(
-                self.shards.actors[batch.shard].update_priorities.remote(batch.indices, priorities, batch.generation),
-                timeout=self.shards.timeout_s,
-            )
-        except (RayActorError, GetTimeoutError) as e:
-            self.shards.on_failure(batch.shard, e)
+        actor = self.shards.actors[batch.shard]
+        self._calls.send(actor.update_priorities.remote(batch.indices, priorities, batch.generation), batch.shard, lambda _: None)
         return item
+
+    def flush(self) -> None:
+        """Waits for every update still in flight."""
+        self._calls.flush()
 
 
 NUM_TARGET_UPDATES = "num_target_updates"

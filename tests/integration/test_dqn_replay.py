@@ -73,14 +73,17 @@ def test_killed_replay_shard_raises_by_default(ray_local):
 
 def test_apex_runs_its_three_subflows(ray_local):
     algo = Algorithm.build("APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, learning_starts=200,
-                           train_batch_size=64, min_env_steps_per_iteration=2_000, max_weight_sync_delay=100, seed=1)
+                           train_batch_size=64, replay_batch_size=128, min_env_steps_per_iteration=2_000,
+                           max_weight_sync_delay=100, seed=1)
     try:
         results = [algo.train() for _ in range(3)]
         stats = algo.replay.stats()
     finally:
         algo.stop()
     last = results[-1]
-    assert last["num_updates"] > 0 and last["env_steps_trained"] == 64 * last["num_updates"]
+    # Each learner update is one replayed batch of 128, taken as two SGD steps of 64.
+    assert last["num_updates"] > 0 and last["env_steps_trained"] == 128 * last["num_updates"]
+    assert algo.learner.version >= 2 * (last["num_updates"])
     assert last["num_weight_syncs"] >= 2  # both actors got weights back
     assert all(s["inserted"] > 0 and s["sampled"] > 0 for s in stats)
     queues = algo.context.info["queues"]
