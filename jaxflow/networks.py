@@ -49,7 +49,8 @@ class MLPQNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        h = obs.astype(jnp.float32).reshape(obs.shape[:-1] + (-1,))
+        # One leading batch axis; stacked frames ([B, k, ...]) are flattened with the rest.
+        h = obs.astype(jnp.float32).reshape(obs.shape[0], -1)
         for width in self.hidden_sizes:
             h = nn.relu(nn.Dense(width)(h))
         if self.dueling:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 
+import gymnasium
 import numpy as np
 import optax
 import pytest
 import ray
 
+import envs
 from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, from_items
 from jaxflow.iterators import NOT_READY
 
@@ -152,3 +154,31 @@ def test_enqueue_blocks_while_the_queue_is_full_without_spinning():
         assert done.wait(5.0) and len(got) >= 1
     finally:
         learner.stop()
+
+
+def _stacked_cartpole(context, **kwargs):
+    return gymnasium.wrappers.FrameStackObservation(gymnasium.make("CartPole-v1"), 4)
+
+
+def test_dqn_with_frame_stacks_replays_consistent_stacks(ray_local):
+    """Frame-stacked observations go through the workers' row packing and the shard's
+    unpacking: replayed stacks are whole, and with one-step returns the next stack is the
+    current one shifted by a frame wherever the episode goes on."""
+    envs.register("test/StackedCartPole-v0", _stacked_cartpole)
+    algo = Algorithm.build("DQN", **dict(SMALL, env="test/StackedCartPole-v0", num_workers=0, frame_stack=4, n_step=1))
+    try:
+        results = [algo.train() for _ in range(2)]
+        batch = ray.get(algo.replay.actors[0].sample.remote(256, 0.4))
+        stats = algo.replay.stats()[0]
+    finally:
+        algo.stop()
+    assert results[-1]["num_updates"] > 0
+    obs, next_obs, discounts = batch.data["obs"], batch.data["next_obs"], batch.data["discounts"]
+    assert obs.shape == next_obs.shape == (256, 4, 4)
+    going_on = discounts > 0
+    assert going_on.sum() > 200
+    np.testing.assert_array_equal(next_obs[going_on, :-1], obs[going_on, 1:])
+    assert not np.array_equal(next_obs[going_on, -1], obs[going_on, -1])
+    # Single frames are stored: per fragment of T=16 steps, 16 rows plus the tail observation
+    # and at most 3 older frames of the first stack (a reset stack repeats one frame: one row).
+    assert stats["size"] <= (16 + 1 + 3) / 16 * stats["inserted"]
