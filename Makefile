@@ -20,6 +20,8 @@ test: $(BIN)/jaxflow
 
 bench: $(BIN)/jaxflow
 	$(BIN)/python benchmarks/ppo_cartpole.py
+	$(BIN)/python benchmarks/replay.py
+	$(BIN)/python benchmarks/dqn_cartpole.py
 
 clean:
 	rm -rf $(VENV) runs

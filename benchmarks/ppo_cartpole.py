@@ -11,25 +11,30 @@ import argparse
 import dataclasses
 import datetime
 import functools
-import json
 import math
 import os
-import platform
 import statistics
-import sys
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
-import jax
-import numpy as np
 import ray
+from common import (
+    fmt,
+    logger,
+    machine_info,
+    median_of_measured,
+    median_of_reached,
+    write_report,
+)
 
 from jaxflow import Algorithm, get_algorithm
 from jaxflow.config import to_json_dict
 from jaxflow.learner import Learner
 from jaxflow.metrics import ENV_STEPS_SAMPLED
 from jaxflow.workers import SampleBatch, WorkerSet, concat_batches, flatten_time_major
+
+log = logger("ppo_cartpole")
 
 ENV = "CartPole-v1"
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -138,19 +143,6 @@ def train_once(workers: int, seed: int, max_steps: int, target: float) -> Traini
     )
 
 
-def median_of_reached(values: Sequence[float | None]) -> float | None:
-    """Median counting a missed target as slower than any hit, so it is None only when
-    at most half the runs reached the target."""
-    m = statistics.median(sorted(math.inf if v is None else v for v in values))
-    return None if math.isinf(m) else m
-
-
-def median_of_measured(values: Sequence[float | None]) -> float | None:
-    """Median over the runs that did not raise (they have no measurements)."""
-    measured = [v for v in values if v is not None]
-    return statistics.median(measured) if measured else None
-
-
 def summarize(workers: int, runs: list[TrainingRun], target: float) -> WorkerSummary:
     steps_per_s = median_of_measured([r.steps_per_s for r in runs])
     time_to_target = median_of_reached([r.time_to_target_s for r in runs])
@@ -240,35 +232,6 @@ def measure_overhead(workers: int, seed: int, warmup: int, iterations: int, reps
         hand_median_s_per_iteration=hand_median,
         overhead_pct=(plan_median / hand_median - 1.0) * 100.0,
     )
-
-
-def machine_info() -> dict[str, Any]:
-    cpu_model = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu_model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu_model)
-    device = jax.devices()[0]
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_model": cpu_model,
-        "load_average_at_start": list(os.getloadavg()),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "ray": ray.__version__,
-        "numpy": np.__version__,
-        "jax_backend": jax.default_backend(),
-        "device_kind": device.device_kind,
-        "num_devices": jax.device_count(),
-    }
-
-
-def log(message: str) -> None:
-    print(f"[ppo_cartpole] {message}", file=sys.stderr, flush=True)
-
-
-def fmt(x: float | None, spec: str, none: str = "—") -> str:
-    return none if x is None else format(x, spec)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -418,12 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         "overhead_error": overhead_error,
     }
     text = markdown(report)
-    os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "ppo_cartpole.json"), "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1, allow_nan=False)
-    with open(os.path.join(args.out_dir, "ppo_cartpole.md"), "w", encoding="utf-8") as f:
-        f.write(text)
-    print(text)
+    write_report(args.out_dir, "ppo_cartpole", report, text)
 
 
 if __name__ == "__main__":
