@@ -3,7 +3,9 @@
 from algorithms.a2c import A2C, A2CConfig
 from algorithms.a3c import A3C, A3CConfig
 from algorithms.apex import APEX, ApexConfig
+from algorithms.appo import APPO, APPOConfig
 from algorithms.dqn import DQN, DQNConfig
+from algorithms.impala import IMPALA, IMPALAConfig
 from algorithms.ppo import PPO, PPOConfig
 
-__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "DQN", "DQNConfig", "PPO", "PPOConfig"]
+__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "PPO", "PPOConfig"]

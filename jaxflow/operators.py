@@ -134,18 +134,22 @@ def record_update(ctx: Context, metrics: dict[str, Any], samples: int, **info: f
 
 
 class BroadcastWeights(Operator):
-    """Sends the learner's weights to every rollout worker (one object-store put).
+    """Sends the learner's weights to every rollout worker (one object-store put), after
+    every ``every_n``-th item.
 
     Example:
         >>> trained.for_each(BroadcastWeights(learner, workers))  # doctest: +SKIP
     """
 
-    def __init__(self, learner: Learner, workers: WorkerSet):
-        self.learner, self.workers = learner, workers
+    def __init__(self, learner: Learner, workers: WorkerSet, every_n: int = 1):
+        self.learner, self.workers, self.every_n = learner, workers, every_n
+        self._count = 0
 
     def __call__(self, item: Any, ctx: Context) -> Any:
-        self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
-        ctx.counters[NUM_WEIGHT_SYNCS] += 1
+        self._count += 1
+        if self._count % self.every_n == 0:
+            self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
+            ctx.counters[NUM_WEIGHT_SYNCS] += 1
         return item
 
 
@@ -465,7 +469,12 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
             waits = ctx.info.setdefault("queues", {})
             waits["dequeue_wait_s"] = waits.get("dequeue_wait_s", 0.0) + time.perf_counter() - t0
             waits.update(learner_inqueue_size=thread.inqueue.qsize(), **{f"learner_{k}": v for k, v in thread.stats.items()})
-            record_update(ctx, metrics, len(batch.indices) if isinstance(batch, ReplayBatch) else len(next(iter(batch.values()))))
+            if isinstance(batch, SampleBatch):
+                # Optimizer steps between the weights that acted and those just trained.
+                lag = {"policy_lag": thread.learner.version - batch.weights_version}
+                record_update(ctx, metrics, batch.env_steps, **lag)
+            else:
+                record_update(ctx, metrics, len(batch.indices) if isinstance(batch, ReplayBatch) else len(next(iter(batch.values()))))
             yield batch, metrics
 
     it = from_iterator(gen, context or Context(), name="Dequeue")

@@ -39,6 +39,10 @@ class SampleBatch(NamedTuple):
     """Learner version of the weights that acted."""
 
 
+PER_ENV_FIELDS = ("last_obs", "bootstrap_value")
+"""Fragment fields with one entry per environment (``[B, ...]``), not per step (``[T, B, ...]``)."""
+
+
 def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     """Concatenates fragments of equal length T along the batch axis."""
     if len(batches) == 1:
@@ -46,7 +50,7 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
     if isinstance(batches[0].data, ReplayRows):
         data: Any = ReplayRows.concatenate([b.data for b in batches])
     else:
-        data = {k: np.concatenate([b.data[k] for b in batches], axis=1) for k in batches[0].data}
+        data = {k: np.concatenate([b.data[k] for b in batches], axis=0 if k in PER_ENV_FIELDS else 1) for k in batches[0].data}
     return SampleBatch(
         data,
         sum(b.env_steps for b in batches),

@@ -76,3 +76,17 @@ def test_apex_greedy_policy_reaches_400_within_300k_steps(ray_local):
     assert result["num_healthy_workers"] == 2 and len(stats) == 2
     assert all(s["size"] > 0 for s in stats)
     assert result["num_weight_syncs"] > 0 and result["learner"]["mean_abs_td_error"] > 0
+
+
+@pytest.mark.parametrize("name", ["IMPALA", "APPO"])
+def test_impala_family_reaches_450_within_1m_steps(ray_local, name):
+    algo = Algorithm.build(name, env="CartPole-v1", num_workers=2, seed=0)
+    try:
+        result = train(algo, {"episode_return_mean": 450.0, "env_steps_sampled": 1_000_000}, verbose=False)
+    finally:
+        algo.stop()
+    assert result["episode_return_mean"] >= 450.0, result
+    # The learner trains what the actors sampled, less what is still on its way: a partial
+    # train batch, 4 batches in the in-queue, 1 in the update and 4 in the out-queue.
+    assert 0 <= result["env_steps_sampled"] - result["env_steps_trained"] <= 10 * 512
+    assert result["learner"]["policy_lag"] >= 0 and result["num_weight_syncs"] > 0

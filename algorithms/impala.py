@@ -1,0 +1,147 @@
+"""IMPALA (Espeholt et al., 2018, "IMPALA: Scalable Distributed Deep-RL with Importance
+Weighted Actor-Learner Architectures"): actors sample with possibly stale weights, and a
+learner thread corrects for the lag with V-trace off-policy targets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import chex
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import rlax
+
+from jaxflow import (
+    AlgorithmSpec,
+    BroadcastWeights,
+    CommonConfig,
+    ConcatBatches,
+    Concurrently,
+    Dequeue,
+    Enqueue,
+    ParallelRollouts,
+    ReportMetrics,
+    register_algorithm,
+)
+from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.workers import PER_ENV_FIELDS
+
+Array = jax.Array
+
+@dataclasses.dataclass(frozen=True)
+class IMPALAConfig(CommonConfig):
+    """IMPALA settings (plus :class:`~jaxflow.config.CommonConfig`)."""
+
+    rollout_fragment_length: int = param(32, POSITIVE)
+    """Time steps T per actor fragment (V-trace runs over the fragment)."""
+    train_batch_size: int = param(512, POSITIVE)
+    """Env steps per learner update; fragments are joined until there are at least this many."""
+    lr: float = param(1e-3, POSITIVE)
+    """Adam learning rate."""
+    vtrace_lambda: float = param(1.0, UNIT)
+    """V-trace's lambda (1 is the paper's setting)."""
+    clip_rho_threshold: float = param(1.0, POSITIVE)
+    """rho-bar: truncation of the importance weights in the value targets."""
+    clip_pg_rho_threshold: float = param(1.0, POSITIVE)
+    """Truncation of the importance weights in the policy-gradient advantages."""
+    vf_coef: float = param(0.5, NON_NEGATIVE)
+    """Weight of the value loss."""
+    ent_coef: float = param(0.01, NON_NEGATIVE)
+    """Weight of the entropy bonus."""
+    broadcast_interval: int = param(1, POSITIVE)
+    """Learner updates between two weight broadcasts to every actor."""
+    num_async: int = param(2, POSITIVE)
+    """Sample requests in flight per actor."""
+    learner_queue_size: int = param(4, POSITIVE)
+    """Train batches waiting for the learner thread."""
+    min_env_steps_per_iteration: int = param(10_000, NON_NEGATIVE)
+    """Env steps sampled per reported training iteration."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.num_workers >= 1, f"{type(self).__name__}.num_workers must be >= 1: the actors are Ray actors.")
+
+
+def vtrace(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array, lambda_: float = 1.0,
+           clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0) -> tuple[Array, Array]:
+    """V-trace value targets ``v_s`` and policy-gradient advantages of time-major ``[T, B]``
+    arrays (Espeholt et al., 2018, Section 4.1), through rlax, vmapped over the batch.
+
+    ``discount_t`` is 0 where an episode terminated (no bootstrap); a truncation's bootstrap
+    value is already in its reward (see ``RolloutWorker.sample``). Targets carry no gradient.
+    """
+    chex.assert_rank([v_tm1, v_t, r_t, discount_t, rho_tm1], 2)
+    chex.assert_equal_shape([v_tm1, v_t, r_t, discount_t, rho_tm1])
+    out = jax.vmap(rlax.vtrace_td_error_and_advantage, in_axes=(1, 1, 1, 1, 1, None, None, None), out_axes=1)(
+        v_tm1, v_t, r_t, discount_t, rho_tm1, lambda_, clip_rho_threshold, clip_pg_rho_threshold
+    )
+    return out.errors + v_tm1, out.pg_advantage
+
+
+def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
+    """Worker-side: keeps what V-trace needs; the behaviour policy travels as ``log mu(a|x)``."""
+    keep = ("obs", "actions", "logp", "rewards", "discounts", "last_obs")
+    return {k: traj[k] for k in keep}
+
+
+def batch_major(batch: Any) -> dict[str, np.ndarray]:
+    """A train batch (``SampleBatch`` of ``[T, B]`` fragments) as the learner takes it:
+    sequences along the leading axis, ``[B, T, ...]``, so the learner can shard and split
+    it by sequence; the loss turns it back to time-major."""
+    return {k: v if k in PER_ENV_FIELDS else np.swapaxes(v, 0, 1) for k, v in batch.data.items()}
+
+
+def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -> tuple[Array, Array, Array]:
+    """Time-major ``logp(a_t|x_t)``, entropy ``[T, B]`` under ``params`` and values ``[T + 1, B]``
+    (the last is the bootstrap value of the observation after the fragment)."""
+    obs, last_obs = batch["obs"], batch["last_obs"]
+    B, T = obs.shape[:2]
+    all_obs = jnp.concatenate([obs, last_obs[:, None]], axis=1)
+    logits, values = apply_fn(params, all_obs.reshape((B * (T + 1),) + obs.shape[2:]))
+    logits = jnp.swapaxes(logits.reshape(B, T + 1, -1), 0, 1)[:-1]
+    values = jnp.swapaxes(values.reshape(B, T + 1), 0, 1)
+    dist = distrax.Categorical(logits=logits)
+    return dist.log_prob(jnp.swapaxes(batch["actions"], 0, 1)), dist.entropy(), values
+
+
+def vtrace_targets(batch: Mapping[str, Array], logp_t: Array, values: Array, config: Any) -> tuple[Array, Array, Array]:
+    """``(v_s, pg_advantages, log_rho)`` of a batch-major train batch, time-major ``[T, B]``."""
+    log_rho = logp_t - jnp.swapaxes(batch["logp"], 0, 1)
+    vs, adv = vtrace(
+        values[:-1], values[1:], jnp.swapaxes(batch["rewards"], 0, 1), jnp.swapaxes(batch["discounts"], 0, 1),
+        jnp.exp(log_rho), config.vtrace_lambda, config.clip_rho_threshold, config.clip_pg_rho_threshold,
+    )
+    return jax.lax.stop_gradient(vs), jax.lax.stop_gradient(adv), log_rho
+
+
+def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: IMPALAConfig) -> tuple[Array, dict[str, Array]]:
+    """IMPALA's loss: policy gradient with V-trace advantages + value regression to the
+    V-trace targets - entropy bonus."""
+    del rng
+    logp_t, entropy_t, values = evaluate_sequences(params, batch, apply_fn)
+    vs, adv, log_rho = vtrace_targets(batch, logp_t, values, config)
+    pg_loss = -jnp.mean(logp_t * adv)
+    value_loss = 0.5 * jnp.mean(jnp.square(vs - values[:-1]))
+    entropy = jnp.mean(entropy_t)
+    total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy,
+                   "mean_rho": jnp.mean(jnp.exp(log_rho))}
+
+
+def plan(workers, learner, config: IMPALAConfig):
+    thread = learner.start_thread(batch_major, config.learner_queue_size, config.learner_queue_size)
+    # (1) actors sample with whatever weights they have; fragments join into train batches for the learner thread
+    feed = (ParallelRollouts(workers, mode="async", num_async=config.num_async)
+            .combine(ConcatBatches(config.train_batch_size))
+            .for_each(Enqueue(thread)))
+    # (2) after every broadcast_interval updates, all actors get the new weights (one object-store put)
+    update = Dequeue(thread).for_each(BroadcastWeights(learner, workers, every_n=config.broadcast_interval))
+    return ReportMetrics(Concurrently([feed, update], mode="async", output_indexes=[1]), workers,
+                         config.min_env_steps_per_iteration)
+
+
+IMPALA = register_algorithm(AlgorithmSpec("IMPALA", IMPALAConfig, loss, plan, postprocess))
