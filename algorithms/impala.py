@@ -28,6 +28,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.device import DeviceBatch, ToDevice
 from jaxflow.workers import PER_ENV_FIELDS
 
 Array = jax.Array
@@ -58,6 +59,8 @@ class IMPALAConfig(CommonConfig):
     """Sample requests in flight per actor."""
     learner_queue_size: int = param(4, POSITIVE)
     """Train batches waiting for the learner thread."""
+    prefetch_batches: int = param(2, POSITIVE)
+    """Train batches already transferred to the learner's devices ahead of the learner thread."""
     min_env_steps_per_iteration: int = param(10_000, NON_NEGATIVE)
     """Env steps sampled per reported training iteration."""
 
@@ -93,6 +96,10 @@ def batch_major(batch: Any) -> dict[str, np.ndarray]:
     sequences along the leading axis, ``[B, T, ...]``, so the learner can shard and split
     it by sequence; the loss turns it back to time-major."""
     return {k: v if k in PER_ENV_FIELDS else np.swapaxes(v, 0, 1) for k, v in batch.data.items()}
+
+
+def device_data(batch: DeviceBatch) -> dict[str, Array]:
+    return batch.data
 
 
 def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -> tuple[Array, Array, Array]:
@@ -133,11 +140,12 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
 
 
 def plan(workers, learner, config: IMPALAConfig):
-    thread = learner.start_thread(batch_major, config.learner_queue_size, config.learner_queue_size)
-    # (1) actors sample with whatever weights they have; fragments join into train batches for the learner thread
-    feed = (ParallelRollouts(workers, mode="async", num_async=config.num_async)
-            .combine(ConcatBatches(config.train_batch_size))
-            .for_each(Enqueue(thread)))
+    thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
+    # (1) actors sample with whatever weights they have; fragments join into train batches, which
+    #     a feeding thread places on the learner's devices ahead of the learner thread
+    batches = (ParallelRollouts(workers, mode="async", num_async=config.num_async)
+               .combine(ConcatBatches(config.train_batch_size)))
+    feed = ToDevice(batches, learner, to_host=batch_major, prefetch=config.prefetch_batches).for_each(Enqueue(thread))
     # (2) after every broadcast_interval updates, all actors get the new weights (one object-store put)
     update = Dequeue(thread).for_each(BroadcastWeights(learner, workers, every_n=config.broadcast_interval))
     return ReportMetrics(Concurrently([feed, update], mode="async", output_indexes=[1]), workers,

@@ -3,6 +3,7 @@
 from jaxflow.algorithm import Algorithm, AlgorithmSpec, evaluate_policy, get_algorithm, list_algorithms, register_algorithm
 from jaxflow.checkpoint import CheckpointError
 from jaxflow.config import CommonConfig, ConfigError
+from jaxflow.device import DeviceBatch, ToDevice, ToDeviceError
 from jaxflow.iterators import (
     NOT_READY,
     ActorPool,
@@ -57,6 +58,7 @@ __all__ = [
     "ConfigError",
     "Context",
     "Dequeue",
+    "DeviceBatch",
     "Enqueue",
     "Learner",
     "LearnerThread",
@@ -79,6 +81,8 @@ __all__ = [
     "StandardizeFields",
     "StoreToReplay",
     "SumTree",
+    "ToDevice",
+    "ToDeviceError",
     "TrainOneStep",
     "TrainState",
     "UpdatePriorities",

@@ -10,6 +10,7 @@ import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from jaxflow.device import DeviceBatch
 from jaxflow.iterators import NOT_READY, LocalIterator, Operator, ParallelIterator, from_iterator
 from jaxflow.learner import Learner, LearnerThread, put
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
@@ -110,8 +111,12 @@ class TrainOneStep(Operator):
     def __init__(self, learner: Learner):
         self.learner = learner
 
-    def __call__(self, batch: SampleBatch | ReplayBatch, ctx: Context) -> Any:
+    def __call__(self, batch: SampleBatch | DeviceBatch | ReplayBatch, ctx: Context) -> Any:
         t0 = time.perf_counter()
+        if isinstance(batch, DeviceBatch):
+            metrics = self.learner.update(batch.data)
+            record_update(ctx, metrics, batch.env_steps, update_time_s=time.perf_counter() - t0)
+            return metrics
         if isinstance(batch, ReplayBatch):
             metrics = self.learner.update(replay_train_batch(batch))
             record_update(ctx, metrics, len(batch.indices), update_time_s=time.perf_counter() - t0)
@@ -469,7 +474,7 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
             waits = ctx.info.setdefault("queues", {})
             waits["dequeue_wait_s"] = waits.get("dequeue_wait_s", 0.0) + time.perf_counter() - t0
             waits.update(learner_inqueue_size=thread.inqueue.qsize(), **{f"learner_{k}": v for k, v in thread.stats.items()})
-            if isinstance(batch, SampleBatch):
+            if isinstance(batch, (SampleBatch, DeviceBatch)):
                 # Optimizer steps between the weights that acted and those just trained.
                 lag = {"policy_lag": thread.learner.version - batch.weights_version}
                 record_update(ctx, metrics, batch.env_steps, **lag)
