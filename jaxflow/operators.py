@@ -246,6 +246,8 @@ def results(ctx: Context, workers: WorkerSet, steps_this_iter: int, seconds_this
         "num_worker_restarts": workers.num_restarts,
         "num_healthy_workers": workers.num_healthy,
         "learner": dict(ctx.info.get("learner", {})),
+        # Whatever else the plan's operators report: learner queues, device feeding.
+        **{k: dict(v) for k, v in ctx.info.items() if k != "learner"},
     }
 
 

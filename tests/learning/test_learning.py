@@ -90,3 +90,6 @@ def test_impala_family_reaches_450_within_1m_steps(ray_local, name):
     # train batch, 4 batches in the in-queue, 1 in the update and 4 in the out-queue.
     assert 0 <= result["env_steps_sampled"] - result["env_steps_trained"] <= 10 * 512
     assert result["learner"]["policy_lag"] >= 0 and result["num_weight_syncs"] > 0
+    feed = result["to_device"]  # train batches went to the device through ToDevice
+    assert feed["transfers"] == feed["batches"] >= result["num_updates"] and feed["bytes"] > 0
+    assert result["queues"]["learner_updates"] >= result["num_updates"]
