@@ -29,6 +29,15 @@ class VectorStep(NamedTuple):
     final_obs: np.ndarray
 
 
+def _records_episodes(env: gymnasium.Env) -> bool:
+    """Whether ``env``'s wrapper chain includes gymnasium's ``RecordEpisodeStatistics``."""
+    while isinstance(env, gymnasium.Wrapper):
+        if isinstance(env, gymnasium.wrappers.RecordEpisodeStatistics):
+            return True
+        env = env.env
+    return False
+
+
 class VectorEnv:
     """B copies of one environment with auto-reset and episode statistics.
 
@@ -41,6 +50,12 @@ class VectorEnv:
 
     Spaces are checked on the first reset and the first step: an observation or
     action outside the declared space raises :class:`EnvSpaceError` naming the env.
+
+    Episode statistics are the env's own where it keeps them: an env wrapped in
+    gymnasium's ``RecordEpisodeStatistics`` (every Atari env here) reports its episodes
+    through ``info["episode"]``, which for Atari is the unclipped game score over all
+    lives, even when the agent sees clipped rewards and per-life episodes. Other envs are
+    counted here from the rewards and episode ends the agent sees.
     """
 
     def __init__(
@@ -67,6 +82,7 @@ class VectorEnv:
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
         self._checked_step = False
+        self._self_reporting = [_records_episodes(env) for env in self.envs]
 
     def reset(self) -> np.ndarray:
         obs = [env.reset(seed=self._seed + i)[0] for i, env in enumerate(self.envs)]
@@ -86,9 +102,12 @@ class VectorEnv:
         terminated = np.empty(n, bool)
         truncated = np.empty(n, bool)
         for i, (env, a) in enumerate(zip(self.envs, actions)):
-            o, r, te, tr, _ = env.step(a.item() if isinstance(self.action_space, gymnasium.spaces.Discrete) else a)
+            o, r, te, tr, info = env.step(a.item() if isinstance(self.action_space, gymnasium.spaces.Discrete) else a)
             if not self._checked_step:
                 self._check_obs(o, "step()")
+            if self._self_reporting[i] and "episode" in info:
+                self._done_returns.append(float(info["episode"]["r"]))
+                self._done_lengths.append(int(info["episode"]["l"]))
             reward[i], terminated[i], truncated[i] = r, te, tr
             final_obs[i] = o
             if te or tr:
@@ -99,8 +118,9 @@ class VectorEnv:
         self._lengths += 1
         ended = terminated | truncated
         if ended.any():
-            self._done_returns.extend(self._returns[ended].tolist())
-            self._done_lengths.extend(self._lengths[ended].tolist())
+            counted = ended & ~np.asarray(self._self_reporting)
+            self._done_returns.extend(self._returns[counted].tolist())
+            self._done_lengths.extend(self._lengths[counted].tolist())
             self._returns[ended] = 0.0
             self._lengths[ended] = 0
         return VectorStep(
