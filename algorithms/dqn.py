@@ -32,7 +32,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.networks import MLPQNetwork
+from jaxflow.networks import q_network
 from jaxflow.replay import ReplayRows
 from jaxflow.transitions import encode_fragment
 
@@ -242,7 +242,7 @@ DQN = register_algorithm(
     AlgorithmSpec(
         "DQN", DQNConfig, loss, plan, postprocess,
         sgd=lambda c: (1, c.train_batch_size),
-        network=lambda c, num_actions: MLPQNetwork(num_actions, tuple(c.hidden_sizes), c.dueling),
+        network=lambda c, obs_shape, num_actions: q_network(obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling),
         target_network=True, replay=make_replay, explore=explore, encode=encode,
     )
 )

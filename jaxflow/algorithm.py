@@ -28,7 +28,7 @@ from jaxflow import checkpoint
 from jaxflow.config import ConfigError, from_json_dict, to_json_dict
 from jaxflow.learner import Learner, make_optimizer
 from jaxflow.metrics import Context
-from jaxflow.networks import MLPActorCritic, greedy_action
+from jaxflow.networks import actor_critic_network, greedy_action
 from jaxflow.replay_shards import ReplayShards
 from jaxflow.workers import WorkerSet, WorkerSpec, example_train_batch
 
@@ -42,7 +42,8 @@ class AlgorithmSpec:
     ``plan(workers, learner, config)`` returns the iterator of training results;
     ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
     ``gradients_on_workers`` gives the workers the loss (A3C);
-    ``network(config, num_actions)`` builds the flax module (default: :class:`MLPActorCritic`);
+    ``network(config, obs_shape, num_actions)`` builds the flax module (default: an actor-critic,
+    convolutional for image observations, see :func:`~jaxflow.networks.actor_critic_network`);
     ``target_network`` gives the learner a target copy of the parameters (DQN);
     ``replay(config)`` builds the replay shards, which the plan then gets as a fourth
     argument and which are checkpointed with the learner;
@@ -59,7 +60,9 @@ class AlgorithmSpec:
     train_batch_env_steps: Callable[[Any], int] | None = None
     """Env steps in every learner update, where the plan fixes it: the learner then
     compiles its update while the rollout workers start."""
-    network: Callable[[Any, int], Any] = lambda config, num_actions: MLPActorCritic(num_actions, tuple(config.hidden_sizes))
+    network: Callable[[Any, tuple[int, ...], int], Any] = lambda config, obs_shape, num_actions: actor_critic_network(
+        obs_shape, num_actions, config.hidden_sizes, config.conv_torso
+    )
     target_network: bool = False
     replay: Callable[[Any], ReplayShards] | None = None
     explore: Callable[..., Any] | None = None
@@ -119,7 +122,7 @@ def _spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
 def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[Any, Learner]:
     """The network and a freshly initialised learner for ``config`` (no Ray needed)."""
     obs_space, action_space = _spaces(config)
-    network = spec.network(config, int(action_space.n))
+    network = spec.network(config, obs_space.shape, int(action_space.n))
     params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
     num_epochs, minibatch_size = spec.sgd(config)
     learner = Learner(

@@ -213,7 +213,12 @@ class CommonConfig:
     max_grad_norm: float = param(0.5, POSITIVE)
     """Gradients are clipped to this global norm."""
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """Widths of the MLP torso's layers."""
+    """Widths of the MLP torso's layers (flat observations)."""
+    conv_torso: Literal["nature", "impala"] = "nature"
+    """Convolutional torso for image observations ([k, H, W] frame stacks): Nature DQN's CNN or IMPALA's ResNet."""
+    vector_env: Literal["python", "ale"] = "python"
+    """How a worker steps its environments: one after another in Python, or (ALE/<Game>-v5 ids
+    only) in ale-py's C++ vector environment, on ``num_cpus_per_worker`` threads."""
     on_worker_failure: Literal["raise", "ignore", "restart"] = "raise"
     """What a dead rollout worker does to the run: raise, carry on without it, or recreate it."""
     worker_timeout_s: float = param(120.0, POSITIVE)
@@ -228,3 +233,5 @@ class CommonConfig:
     def __post_init__(self) -> None:
         validate(self)
         require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
+        require(self.vector_env != "ale" or self.env.startswith("ALE/"),
+                f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.")

@@ -129,7 +129,11 @@ class RolloutWorker:
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
         seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
-        self.env = envs.VectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
+        if cfg.vector_env == "ale":
+            threads = max(1, int(cfg.num_cpus_per_worker))
+            self.env = envs.ALEVectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation, threads)
+        else:
+            self.env = envs.VectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
         apply = spec.network.apply
         self._forward = jax.jit(functools.partial(forward_packed, apply))
         self._postprocess = jax.jit(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
