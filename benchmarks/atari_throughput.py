@@ -1,0 +1,206 @@
+"""Atari throughput: what IMPALA or Ape-X sample and train per second on ALE, next to the
+raw ALE frame rate of the same number of processes stepping random actions, measured in
+the same run (the physical limit of this machine).
+
+Frames are agent steps x the frame skip (4). The goals: sampled frames/s >= 90% of the
+raw limit, and a learner that keeps up (trained >= 95% of sampled).
+
+Writes ``results/atari_throughput_<algo>.json``, ``.md`` and ``.png`` and prints the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+import ray
+from common import fmt, logger, machine_info, ratio, write_report
+
+import envs
+from jaxflow import Algorithm
+from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
+
+log = logger("atari_throughput")
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+FRAME_SKIP = 4
+
+
+@ray.remote(num_cpus=1)
+class RandomStepper:
+    """A process stepping a vector of ``num_envs`` preprocessed ALE envs (the same backend
+    as the rollout workers) with random actions: a rollout worker's work minus the policy."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, vector_env: str):
+        make = envs.ALEVectorEnv if vector_env == "ale" else envs.VectorEnv
+        self.venv = make(env_id, num_envs, seed)
+        self.venv.reset()
+        self.rng = np.random.default_rng(seed)
+
+    def run(self, seconds: float) -> int:
+        steps, end = 0, time.perf_counter() + seconds
+        n, actions = self.venv.num_envs, self.venv.action_space.n
+        while time.perf_counter() < end:
+            self.venv.step(self.rng.integers(actions, size=n))
+            steps += n
+        return steps
+
+
+def raw_frames_per_s(args: argparse.Namespace) -> float:
+    actors = [RandomStepper.remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env)
+              for i in range(args.workers)]
+    try:
+        ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading
+        steps = ray.get([a.run.remote(args.raw_seconds) for a in actors])
+    finally:
+        for a in actors:
+            ray.kill(a)
+    return FRAME_SKIP * sum(steps) / args.raw_seconds
+
+
+def algorithm_config(args: argparse.Namespace) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(env=args.env, num_workers=args.workers, num_envs_per_worker=args.envs_per_worker,
+                                  seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64)
+    if args.algo == "APEX":
+        fields.update(frame_stack=4, buffer_size=args.replay_capacity, learning_starts=1_000)
+    return fields
+
+
+def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    algo = Algorithm.build(args.algo, **algorithm_config(args))
+    build_s = time.perf_counter() - t0
+    results = []
+    try:
+        first = algo.train()  # compilation and start-up are not throughput
+        start, end = time.perf_counter(), time.perf_counter() + args.seconds
+        while time.perf_counter() < end:
+            results.append(algo.train())
+        elapsed = time.perf_counter() - start
+    finally:
+        algo.stop()
+    last = results[-1] if results else first
+
+    def delta(key: str) -> float:
+        return float(last[key] - first[key])
+
+    feed_last, feed_first = last.get("to_device", {}), first.get("to_device", {})
+    queues_last, queues_first = last.get("queues", {}), first.get("queues", {})
+    # The learner thread's wait on its input queue: time the accelerator had nothing to train on.
+    waited = queues_last.get("learner_inqueue_wait_s", 0.0) - queues_first.get("learner_inqueue_wait_s", 0.0)
+    lags = [r["learner"]["policy_lag"] for r in results if "policy_lag" in r.get("learner", {})]
+    return {
+        "build_s": build_s,
+        "seconds": elapsed,
+        "sampled_frames_per_s": FRAME_SKIP * delta(ENV_STEPS_SAMPLED) / elapsed,
+        "trained_frames_per_s": FRAME_SKIP * delta(ENV_STEPS_TRAINED) / elapsed,
+        "updates_per_s": delta(NUM_UPDATES) / elapsed,
+        "learner_wait_s_per_s": waited / elapsed,
+        "transfers_per_s": (feed_last.get("transfers", 0) - feed_first.get("transfers", 0)) / elapsed,
+        "mb_to_device_per_s": (feed_last.get("megabytes", 0.0) - feed_first.get("megabytes", 0.0)) / elapsed,
+        "policy_lag_median": statistics.median(lags) if lags else None,
+        "episode_return_mean": None if np.isnan(last["episode_return_mean"]) else last["episode_return_mean"],
+        "iterations": len(results),
+    }
+
+
+def markdown(report: dict[str, Any]) -> str:
+    a, m, r = report["args"], report["machine"], report["result"]
+    raw = report["raw_frames_per_s"]
+    lines = [
+        f"# {a['algo']} throughput on {a['env']}",
+        "",
+        f"{report['time']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load {m['load_average_at_start'][0]:.2f} · "
+        f"learner on {m['jax_backend']} ({m['device_kind']} x{m['num_devices']}) · {a['workers']} workers x "
+        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env) · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)",
+        "",
+        "| frames/s | value | of raw ALE limit |",
+        "|---|---:|---:|",
+        f"| raw ALE, {a['workers']} processes, random actions | {raw:,.0f} | 100% |",
+        f"| sampled | {r['sampled_frames_per_s']:,.0f} | {fmt(ratio(r['sampled_frames_per_s'], raw), '.0%')} |",
+        f"| trained | {r['trained_frames_per_s']:,.0f} | {fmt(ratio(r['trained_frames_per_s'], raw), '.0%')} |",
+        "",
+        "| learner | value |",
+        "|---|---:|",
+        f"| trained / sampled | {fmt(ratio(r['trained_frames_per_s'], r['sampled_frames_per_s']), '.1%')} |",
+        f"| updates/s | {r['updates_per_s']:.1f} |",
+        f"| time waiting for data (s per s) | {r['learner_wait_s_per_s']:.2f} |",
+        f"| transfers/s to device | {r['transfers_per_s']:.1f} |",
+        f"| MB/s to device | {r['mb_to_device_per_s']:.1f} |",
+        f"| policy lag (median, SGD steps) | {fmt(r['policy_lag_median'], '.0f')} |",
+        "",
+        "Goals: sampled >= 90% of the raw limit; trained >= 95% of sampled.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    r = report["result"]
+    names = ["raw ALE limit", "sampled", "trained"]
+    values = [report["raw_frames_per_s"], r["sampled_frames_per_s"], r["trained_frames_per_s"]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(names, values, color=["#999999", "#1f77b4", "#ff7f0e"])
+    ax.axhline(0.9 * values[0], color="k", linestyle="--", linewidth=1, label="90% of raw")
+    ax.set_ylabel("frames / s")
+    a = report["args"]
+    ax.set_title(f"{a['algo']} on {a['env']}: {a['workers']} workers x {a['envs_per_worker']} envs")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--algo", choices=["IMPALA", "APEX"], default="IMPALA")
+    p.add_argument("--env", default="ALE/Pong-v5")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    p.add_argument("--envs-per-worker", type=int, default=8)
+    p.add_argument("--vector-env", choices=["python", "ale"], default="python", help="the workers' env backend")
+    p.add_argument("--seconds", type=float, default=60.0, help="wall time measured after the first iteration")
+    p.add_argument("--raw-seconds", type=float, default=15.0)
+    p.add_argument("--replay-capacity", type=int, default=50_000, help="Ape-X transitions over all shards")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-dir", default=RESULTS_DIR)
+    p.add_argument("--quick", action="store_true", help="smoke run: 10 s measured, 5 s raw")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.raw_seconds = 10.0, 5.0
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    machine = machine_info()
+    log(f"raw ALE: {args.workers} processes x {args.envs_per_worker} envs, {args.raw_seconds:.0f} s")
+    raw = raw_frames_per_s(args)
+    log(f"raw ALE: {raw:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s")
+    result = run_algorithm(args)
+    report = {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "args": vars(args),
+        "machine": machine,
+        "raw_frames_per_s": raw,
+        "result": result,
+        "goals": {
+            "sampled_of_raw": ratio(result["sampled_frames_per_s"], raw),
+            "trained_of_sampled": ratio(result["trained_frames_per_s"], result["sampled_frames_per_s"]),
+        },
+    }
+    name = f"atari_throughput_{args.algo.lower()}"
+    write_report(args.out_dir, name, report, markdown(report))
+    plot(report, os.path.join(args.out_dir, f"{name}.png"))
+
+
+if __name__ == "__main__":
+    main()
