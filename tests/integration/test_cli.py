@@ -39,7 +39,7 @@ def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, messag
 def test_list_names_algorithms_and_envs(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "algorithms: A2C, A3C, APEX, DQN, PPO" in out
+    assert "algorithms: A2C, A3C, APEX, APPO, DQN, IMPALA, PPO" in out
     assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out
 
 
