@@ -3,12 +3,14 @@ number formatting and the report files (JSON plus Markdown, under ``results/``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import platform
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -77,3 +79,49 @@ def write_report(out_dir: str, name: str, report: dict[str, Any], text: str) -> 
     with open(os.path.join(out_dir, f"{name}.md"), "w", encoding="utf-8") as f:
         f.write(text)
     print(text)
+
+
+@dataclasses.dataclass
+class TargetRun:
+    """One training run to a target return, timed: see :func:`run_to_target`."""
+
+    build_s: float
+    loop_s: float
+    result: dict[str, Any]
+    """The last iteration's result."""
+    first_iteration: tuple[float, int]
+    """Seconds into the loop and env steps sampled when the first iteration ended."""
+    hit: tuple[float, int] | None
+    """Seconds into the loop and env steps sampled when the target was first reached."""
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.result["env_steps_sampled"])
+
+    @property
+    def final_return_mean(self) -> float | None:
+        value = float(self.result["episode_return_mean"])
+        return None if math.isnan(value) else value
+
+
+def run_to_target(build: Callable[[], Any], target: float, max_steps: int) -> TargetRun:
+    """Builds an Algorithm and trains it until ``episode_return_mean >= target`` or
+    ``max_steps`` env steps are sampled; always stops it."""
+    t0 = time.perf_counter()
+    algo = build()
+    try:
+        t1 = time.perf_counter()
+        result: dict[str, Any] = {}
+        first: tuple[float, int] | None = None
+        hit: tuple[float, int] | None = None
+        while hit is None and result.get("env_steps_sampled", 0) < max_steps:
+            result = algo.train()
+            now, steps = time.perf_counter() - t1, int(result["env_steps_sampled"])
+            first = first or (now, steps)
+            # episode_return_mean is NaN until an episode ends; NaN >= target is False.
+            if result["episode_return_mean"] >= target:
+                hit = (now, steps)
+        t2 = time.perf_counter()
+    finally:
+        algo.stop()
+    return TargetRun(t1 - t0, t2 - t1, result, first or (0.0, 0), hit)

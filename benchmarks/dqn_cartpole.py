@@ -24,6 +24,7 @@ from common import (
     median_of_measured,
     median_of_reached,
     ratio,
+    run_to_target,
     write_report,
 )
 
@@ -94,32 +95,18 @@ def nan_to_none(x: float) -> float | None:
 
 def train_dqn(seed: int, max_steps: int, target: float) -> DQNRun:
     """Default DQN until ``episode_return_mean >= target`` or ``max_steps`` env steps sampled."""
-    t0 = time.perf_counter()
-    algo = Algorithm.build("DQN", env=ENV, seed=seed)
-    try:
-        t1 = time.perf_counter()
-        result: dict[str, Any] = {}
-        hit: tuple[float, int] | None = None
-        while hit is None and result.get(ENV_STEPS_SAMPLED, 0) < max_steps:
-            result = algo.train()
-            # episode_return_mean is NaN until an episode ends; NaN >= target is False.
-            if result["episode_return_mean"] >= target:
-                hit = (time.perf_counter() - t1, int(result[ENV_STEPS_SAMPLED]))
-        t2 = time.perf_counter()
-    finally:
-        algo.stop()
-    steps = int(result[ENV_STEPS_SAMPLED])
+    run = run_to_target(lambda: Algorithm.build("DQN", env=ENV, seed=seed), target, max_steps)
     return DQNRun(
         seed=seed,
-        build_s=t1 - t0,
-        loop_s=t2 - t1,
-        iterations=int(result["training_iteration"]),
-        env_steps=steps,
-        steps_per_s=steps / (t2 - t1),
-        final_return_mean=nan_to_none(float(result["episode_return_mean"])),
-        time_to_target_s=hit[0] if hit else None,
-        time_to_target_incl_build_s=hit[0] + (t1 - t0) if hit else None,
-        env_steps_at_target=hit[1] if hit else None,
+        build_s=run.build_s,
+        loop_s=run.loop_s,
+        iterations=int(run.result["training_iteration"]),
+        env_steps=run.env_steps,
+        steps_per_s=run.env_steps / run.loop_s,
+        final_return_mean=run.final_return_mean,
+        time_to_target_s=run.hit[0] if run.hit else None,
+        time_to_target_incl_build_s=run.hit[0] + run.build_s if run.hit else None,
+        env_steps_at_target=run.hit[1] if run.hit else None,
     )
 
 

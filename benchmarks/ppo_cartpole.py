@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import datetime
 import functools
-import math
 import os
 import statistics
 import time
@@ -25,6 +24,7 @@ from common import (
     machine_info,
     median_of_measured,
     median_of_reached,
+    run_to_target,
     write_report,
 )
 
@@ -107,39 +107,23 @@ class Overhead:
 
 def train_once(workers: int, seed: int, max_steps: int, target: float) -> TrainingRun:
     """Trains until ``episode_return_mean >= target`` or ``max_steps`` env steps sampled."""
-    t0 = time.perf_counter()
-    algo = Algorithm.build("PPO", env=ENV, num_workers=workers, seed=seed)
-    try:
-        t1 = time.perf_counter()
-        result: dict[str, Any] = {}
-        hit: tuple[float, int] | None = None
-        first: tuple[float, int] | None = None
-        while hit is None and result.get(ENV_STEPS_SAMPLED, 0) < max_steps:
-            result = algo.train()
-            if first is None:
-                first = (time.perf_counter(), int(result[ENV_STEPS_SAMPLED]))
-            # episode_return_mean is NaN until an episode ends; NaN >= target is False.
-            if result["episode_return_mean"] >= target:
-                hit = (time.perf_counter() - t1, int(result[ENV_STEPS_SAMPLED]))
-        t2 = time.perf_counter()
-    finally:
-        algo.stop()
-    steps = int(result[ENV_STEPS_SAMPLED])
-    final_return = float(result["episode_return_mean"])
+    run = run_to_target(lambda: Algorithm.build("PPO", env=ENV, num_workers=workers, seed=seed), target, max_steps)
+    steps, loop = run.env_steps, run.loop_s
+    first_s, first_steps = run.first_iteration
     return TrainingRun(
         workers=workers,
         seed=seed,
-        build_s=t1 - t0,
-        loop_s=t2 - t1,
-        iterations=int(result["training_iteration"]),
+        build_s=run.build_s,
+        loop_s=loop,
+        iterations=int(run.result["training_iteration"]),
         env_steps=steps,
-        steps_per_s=steps / (t2 - t1),
-        steps_per_s_incl_build=steps / (t2 - t0),
-        steady_steps_per_s=(steps - first[1]) / (t2 - first[0]) if first and t2 > first[0] else None,
-        final_return_mean=None if math.isnan(final_return) else final_return,
-        time_to_target_s=hit[0] if hit else None,
-        time_to_target_incl_build_s=hit[0] + (t1 - t0) if hit else None,
-        env_steps_at_target=hit[1] if hit else None,
+        steps_per_s=steps / loop,
+        steps_per_s_incl_build=steps / (loop + run.build_s),
+        steady_steps_per_s=(steps - first_steps) / (loop - first_s) if loop > first_s else None,
+        final_return_mean=run.final_return_mean,
+        time_to_target_s=run.hit[0] if run.hit else None,
+        time_to_target_incl_build_s=run.hit[0] + run.build_s if run.hit else None,
+        env_steps_at_target=run.hit[1] if run.hit else None,
     )
 
 
