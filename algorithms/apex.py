@@ -12,7 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.dqn import DQNConfig, beta_schedule, encode, epsilon_greedy, loss, make_replay, postprocess
+from algorithms.dqn import (
+    DQNConfig,
+    beta_schedule,
+    encode,
+    epsilon_greedy,
+    loss,
+    make_replay,
+    postprocess,
+)
 from jaxflow import (
     AlgorithmSpec,
     Concurrently,
@@ -28,6 +36,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.device import ToDevice, device_data
 from jaxflow.networks import q_network
 from jaxflow.operators import replay_train_batch
 
@@ -96,14 +105,14 @@ def make_limited_replay(config: ApexConfig) -> Any:
 
 
 def plan(workers, learner, config: ApexConfig, replay):
-    thread = learner.start_thread(replay_train_batch, config.learner_queue_size, config.learner_queue_size)
+    thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
     # (1) actors sample asynchronously into random shards and fetch new weights every so often
     store = (ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
              .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
              .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
-    # (2) replayed batches from every shard feed the learner thread
-    feed = (ParallelReplay(replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async)
-            .for_each(Enqueue(thread)))
+    # (2) replayed batches from every shard go to the learner's devices ahead of the learner thread
+    replayed = ParallelReplay(replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async)
+    feed = ToDevice(replayed, learner, to_host=replay_train_batch).for_each(Enqueue(thread))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags
     update = (Dequeue(thread).for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
               .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))

@@ -28,7 +28,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.device import DeviceBatch, ToDevice
+from jaxflow.device import ToDevice, device_data
 from jaxflow.workers import PER_ENV_FIELDS
 
 Array = jax.Array
@@ -96,10 +96,6 @@ def batch_major(batch: Any) -> dict[str, np.ndarray]:
     sequences along the leading axis, ``[B, T, ...]``, so the learner can shard and split
     it by sequence; the loss turns it back to time-major."""
     return {k: v if k in PER_ENV_FIELDS else np.swapaxes(v, 0, 1) for k, v in batch.data.items()}
-
-
-def device_data(batch: DeviceBatch) -> dict[str, Array]:
-    return batch.data
 
 
 def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -> tuple[Array, Array, Array]:

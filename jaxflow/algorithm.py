@@ -32,6 +32,8 @@ from jaxflow.networks import actor_critic_network, greedy_action
 from jaxflow.replay_shards import ReplayShards
 from jaxflow.workers import WorkerSet, WorkerSpec, example_train_batch
 
+log = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class AlgorithmSpec:
@@ -243,10 +245,15 @@ class Algorithm:
         return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
 
     def stop(self) -> None:
+        """Stops the plan's background threads, the learner thread and the actors, and waits
+        for the threads to end."""
+        self._results.stop()
         self.learner.stop()
         self.workers.stop()
         if self.replay is not None:
             self.replay.stop()
+        if not self._results.join():
+            log.warning("some of the plan's background threads did not end within 30 s")
 
 
 def _find(path: str) -> tuple[str, dict[str, Any]]:

@@ -36,8 +36,12 @@ class DeviceBatch(NamedTuple):
     data: dict[str, jax.Array]
     """``{field: [N, ...]}``, sharded along ``N`` over the learner's devices."""
     env_steps: int
+    """Env steps the batch holds (``N`` for items that do not say, e.g. replayed ones)."""
     weights_version: int
-    """Learner version of the weights that acted (the oldest, for a stacked batch)."""
+    """Learner version of the weights that acted (-1 where unknown)."""
+    source: Any
+    """The host item it was made from, with its ``data`` dropped (e.g. a replayed batch's
+    indices and shard, for priority updates)."""
 
 
 class ToDeviceError(RuntimeError):
@@ -47,6 +51,11 @@ class ToDeviceError(RuntimeError):
 def host_batch(item: Any) -> dict[str, np.ndarray]:
     """The default ``to_host``: a time-major ``SampleBatch`` flattened to ``[T * B, ...]``."""
     return flatten_time_major(item.data)
+
+
+def device_data(batch: DeviceBatch) -> dict[str, jax.Array]:
+    """The learner's batch of a :class:`DeviceBatch` (a learner thread's ``to_host_batch``)."""
+    return batch.data
 
 
 def ToDevice(
@@ -87,9 +96,12 @@ def ToDevice(
         stats["transfers"] += 1
         return jax.device_put(stacked, sharding), items
 
+    def stopping() -> bool:
+        return stop.is_set() or batches._shared.stopped.is_set()
+
     def hand_over(out: Any) -> None:
-        # Blocks while `prefetch` transfers wait, but gives up once the consumer has gone.
-        while not stop.is_set():
+        # Blocks while `prefetch` transfers wait, but gives up once the consumer or the plan has stopped.
+        while not stopping():
             try:
                 ready.put(out, timeout=_POLL_S)
                 return
@@ -100,7 +112,7 @@ def ToDevice(
         try:
             pending: list[Any] = []
             for item in batches._items():
-                if stop.is_set():
+                if stopping():
                     return
                 if item is NOT_READY:
                     continue
@@ -115,6 +127,7 @@ def ToDevice(
 
     def gen() -> Iterator[DeviceBatch]:
         ctx = it.context
+        batches._shared.threads.append(thread)
         thread.start()
         try:
             while True:
@@ -130,13 +143,15 @@ def ToDevice(
                 if isinstance(got, BaseException):
                     raise ToDeviceError(f"ToDevice: producing batches failed: {got!r}") from got
                 data, items = got
+                n = next(iter(data.values())).shape[1]
                 for i, item in enumerate(items):
                     stats["batches"] += 1
                     ctx.info["to_device"] = dict(stats, megabytes=stats["bytes"] / 1e6)
                     yield DeviceBatch(
                         {k: v[i] for k, v in data.items()},
-                        getattr(item, "env_steps", 0),
+                        getattr(item, "env_steps", n),
                         getattr(item, "weights_version", -1),
+                        item._replace(data=None) if hasattr(item, "_replace") and hasattr(item, "data") else item,
                     )
         finally:
             stop.set()

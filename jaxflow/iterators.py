@@ -59,13 +59,17 @@ def _call(fn: Callable[..., Any], item: Any, ctx: Any) -> Any:
 
 
 class _Shared:
-    """The context box shared by every iterator derived from one source, so that
-    ``Concurrently`` can point all of them at one merged context."""
+    """The box shared by every iterator derived from one source, so that ``Concurrently``
+    can point all of them at one merged context and one stop signal."""
 
-    __slots__ = ("context",)
+    __slots__ = ("context", "stopped", "threads")
 
     def __init__(self, context: Context):
         self.context = context
+        self.stopped = threading.Event()
+        """Set by :meth:`LocalIterator.stop`: background threads of the plan wind down."""
+        self.threads: list[threading.Thread] = []
+        """The plan's background threads, for :meth:`LocalIterator.join`."""
 
 
 class LocalIterator(Generic[T]):
@@ -110,6 +114,20 @@ class LocalIterator(Generic[T]):
                 "consume every branch, e.g. with Concurrently([...])."
             )
         return item  # type: ignore[return-value]
+
+    def stop(self) -> None:
+        """Tells every background thread of this plan (``Concurrently``'s, ``ToDevice``'s,
+        gathers from actors) to stop at its next check, e.g. before its actors are killed."""
+        self._shared.stopped.set()
+
+    def join(self, timeout_s: float = 30.0) -> bool:
+        """Waits until the plan's background threads have ended (after :meth:`stop`, and once
+        calls to actors that were killed have returned); True if they all did in time.
+        Shutting Ray down under a thread still inside a Ray call would end the process."""
+        deadline = time.monotonic() + timeout_s
+        for t in list(self._shared.threads):
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._shared.threads)
 
     def _derive(self, gen: Callable[[], Iterator[U]], name: str) -> "LocalIterator[U]":
         return LocalIterator(gen, self._shared, f"{self.name}.{name}")
@@ -249,6 +267,10 @@ def Concurrently(
         if op._shared.context is not shared.context:
             op._shared.context.merge_into(shared.context)
             op._shared.context = shared.context
+        op._shared.stopped = shared.stopped
+        if op._shared.threads is not shared.threads:
+            shared.threads.extend(op._shared.threads)
+            op._shared.threads = shared.threads
 
     def round_robin() -> Iterator[Any]:
         alive = [True] * len(ops)
@@ -281,7 +303,7 @@ def Concurrently(
 
         def put(item: Any) -> bool:
             # Time out now and then so a producer ends once the consumer has gone away.
-            while not stop.is_set():
+            while not (stop.is_set() or shared.stopped.is_set()):
                 try:
                     out.put(item, timeout=0.1)
                     return True
@@ -292,7 +314,7 @@ def Concurrently(
         def run(i: int, op: LocalIterator[Any]) -> None:
             try:
                 for item in op._items():
-                    if stop.is_set():
+                    if stop.is_set() or shared.stopped.is_set():
                         return
                     if item is NOT_READY:
                         time.sleep(1e-3)  # a duplicate() sibling must catch up first
@@ -305,6 +327,7 @@ def Concurrently(
                 put(done)
 
         threads = [threading.Thread(target=run, args=(i, op), daemon=True, name=f"Concurrently[{i}]") for i, op in enumerate(ops)]
+        shared.threads.extend(threads)
         for t in threads:
             t.start()
         running = len(threads)
@@ -405,7 +428,7 @@ class ParallelIterator(Generic[T]):
         def gen() -> Iterator[T]:
             pending: dict[ray.ObjectRef, tuple[int, Any, float]] = {}
             in_flight: collections.Counter = collections.Counter()
-            while True:
+            while not self._shared.stopped.is_set():
                 for i, h in self._live(require=not pending):
                     while in_flight[i] < num_async:
                         pending[self.source.submit(h, self.method, self.fns)] = (i, h, time.monotonic())

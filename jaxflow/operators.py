@@ -11,12 +11,31 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from jaxflow.device import DeviceBatch
-from jaxflow.iterators import NOT_READY, LocalIterator, Operator, ParallelIterator, from_iterator
+from jaxflow.iterators import (
+    NOT_READY,
+    LocalIterator,
+    Operator,
+    ParallelIterator,
+    from_iterator,
+)
 from jaxflow.learner import Learner, LearnerThread, put
-from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
+from jaxflow.metrics import (
+    ENV_STEPS_SAMPLED,
+    ENV_STEPS_TRAINED,
+    NUM_UPDATES,
+    NUM_WEIGHT_SYNCS,
+    Context,
+)
 from jaxflow.replay import ReplayRows
 from jaxflow.replay_shards import ReplayBatch, ReplayShards
-from jaxflow.workers import GradientsResult, RolloutWorker, SampleBatch, WorkerSet, concat_batches, flatten_time_major
+from jaxflow.workers import (
+    GradientsResult,
+    RolloutWorker,
+    SampleBatch,
+    WorkerSet,
+    concat_batches,
+    flatten_time_major,
+)
 
 
 class RecordSampled(Operator):
@@ -355,7 +374,8 @@ def ParallelReplay(
 class UpdatePriorities:
     """Sends new priorities for a replayed batch to the shard it came from.
 
-    Takes ``(replay_batch, metrics)`` from ``TrainOneStep`` or a learner thread; the new
+    Takes ``(replay_batch, metrics)`` from ``TrainOneStep`` or a learner thread (the batch
+    may have gone through ``ToDevice``, which keeps its indices and shard); the new
     priorities are ``|metrics["td_error"]| + epsilon`` (Schaul et al., 2016: epsilon keeps
     every transition reachable). Returns the item unchanged. At most ``max_in_flight``
     updates await their replies (1: each waits), so invalid priorities surface here
@@ -369,8 +389,10 @@ class UpdatePriorities:
         self.shards, self.epsilon = shards, epsilon
         self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s)
 
-    def __call__(self, item: tuple[ReplayBatch, dict[str, Any]]) -> tuple[ReplayBatch, dict[str, Any]]:
+    def __call__(self, item: tuple[ReplayBatch | DeviceBatch, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
         batch, metrics = item
+        if isinstance(batch, DeviceBatch):
+            batch = batch.source
         priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.epsilon
         actor = self.shards.actors[batch.shard]
         self._calls.send(actor.update_priorities.remote(batch.indices, priorities, batch.generation), batch.shard, lambda _: None)
@@ -465,7 +487,7 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
 
     def gen() -> Iterable[Any]:
         ctx = it.context
-        while True:
+        while not it._shared.stopped.is_set():
             thread.check()
             t0 = time.perf_counter()
             try:
@@ -476,10 +498,12 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
             waits = ctx.info.setdefault("queues", {})
             waits["dequeue_wait_s"] = waits.get("dequeue_wait_s", 0.0) + time.perf_counter() - t0
             waits.update(learner_inqueue_size=thread.inqueue.qsize(), **{f"learner_{k}": v for k, v in thread.stats.items()})
-            if isinstance(batch, (SampleBatch, DeviceBatch)):
+            if isinstance(batch, SampleBatch) or (isinstance(batch, DeviceBatch) and batch.weights_version >= 0):
                 # Optimizer steps between the weights that acted and those just trained.
                 lag = {"policy_lag": thread.learner.version - batch.weights_version}
                 record_update(ctx, metrics, batch.env_steps, **lag)
+            elif isinstance(batch, DeviceBatch):
+                record_update(ctx, metrics, batch.env_steps)
             else:
                 record_update(ctx, metrics, len(batch.indices) if isinstance(batch, ReplayBatch) else len(next(iter(batch.values()))))
             yield batch, metrics
