@@ -305,23 +305,3 @@ def rows_to_invalidate(start: int, count: int, capacity: int, frame_stack: int) 
     outside = capacity - count if count < capacity else capacity
     num = min(frame_stack - 1, outside) if count > 0 else 0
     return (start + count + np.arange(num, dtype=np.int64)) % capacity
-
-
-def bytes_per_transition(
-    rows: Mapping[str, np.ndarray], row_priorities: np.ndarray, tree_bytes_per_row: float = 0.0
-) -> float:
-    """Bytes of storage per transition: all rows' fields, plus ``tree_bytes_per_row`` for each
-    row (e.g. the sum- and min-tree leaves), divided by the number of rows that carry a
-    transition (positive priority).
-
-    Raises:
-        ValueError: if no row carries a transition, or ``rows`` is empty.
-    """
-    if not rows:
-        raise ValueError("rows has no fields.")
-    num_rows = len(next(iter(rows.values())))
-    num_transitions = int(np.count_nonzero(np.asarray(row_priorities) > 0))
-    if num_transitions == 0:
-        raise ValueError(f"None of the {num_rows} rows carries a transition (all priorities are 0).")
-    total = sum(np.asarray(v).nbytes for v in rows.values()) + tree_bytes_per_row * num_rows
-    return float(total) / num_transitions

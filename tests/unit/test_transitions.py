@@ -9,7 +9,6 @@ import pytest
 
 from jaxflow.replay import PrioritizedReplayBuffer
 from jaxflow.transitions import (
-    bytes_per_transition,
     decode_rows,
     encode_fragment,
     rows_to_invalidate,
@@ -228,7 +227,7 @@ def test_atari_frame_stack_round_trip_and_bytes(num_steps):
     num_rows = len(priorities)
     assert 2 * (num_steps + 1) <= num_rows <= 2 * (num_steps + 4)
     row_bytes = ATARI_FRAME_BYTES + 2 + 8 + 8 + 4 + 4
-    per_transition = bytes_per_transition(rows, priorities)
+    per_transition = sum(v.nbytes for v in rows.values()) / np.count_nonzero(priorities)
     assert per_transition == pytest.approx(num_rows * row_bytes / (2 * num_steps))
     assert per_transition < 1.1 * ATARI_FRAME_BYTES
     print(f"T={num_steps}: {num_rows} rows, {per_transition:.1f} bytes per transition")
@@ -366,7 +365,7 @@ def test_rows_to_invalidate(start, count, capacity, frame_stack, expected):
     np.testing.assert_array_equal(got, expected)
 
 
-def test_bytes_per_transition_counts_every_row_and_tree_bytes():
+def test_row_layout_bytes():
     obs = np.zeros((5, 2, 4), np.float32)
     zeros = np.zeros((4, 2))
     rows, priorities = encode_fragment(
@@ -374,10 +373,8 @@ def test_bytes_per_transition_counts_every_row_and_tree_bytes():
         np.ones((4, 2), np.int64), np.ones((4, 2)),
     )
     # 10 rows of 16 (frame) + 2 (next) + 8 (action) + 4 + 4 bytes, for 8 transitions.
-    assert bytes_per_transition(rows, priorities) == 10 * 34 / 8 == 42.5
-    assert bytes_per_transition(rows, priorities, tree_bytes_per_row=16.0) == (340 + 160) / 8
-    with pytest.raises(ValueError, match="carries a transition"):
-        bytes_per_transition(rows, np.zeros_like(priorities))
+    assert len(priorities) == 10 and np.count_nonzero(priorities) == 8
+    assert {k: v[0].nbytes for k, v in rows.items()} == {"frame": 16, "next": 2, "actions": 8, "rewards": 4, "discounts": 4}
 
 
 def valid_fragment(num_steps=4, num_envs=2, frame_stack=4):
