@@ -81,20 +81,24 @@ def ToDevice(
     """
     if num_stack < 1 or prefetch < 1:
         raise ValueError(f"ToDevice: num_stack and prefetch must be >= 1, got {num_stack} and {prefetch}.")
-    sharding = NamedSharding(learner.mesh, PartitionSpec(None, "batch"))
+    flat = NamedSharding(learner.mesh, PartitionSpec("batch"))
+    stacked = NamedSharding(learner.mesh, PartitionSpec(None, "batch"))
     ready: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
     stats = {"bytes": 0, "transfers": 0, "batches": 0, "wait_s": 0.0}
 
-    def stack(items: list[Any]) -> tuple[dict[str, jax.Array], list[Any]]:
+    def transfer(items: list[Any]) -> list[tuple[dict[str, jax.Array], Any]]:
         hosts = [to_host(i) for i in items]
-        stacked = {k: np.stack([h[k] for h in hosts]) for k in hosts[0]}
-        n = next(iter(stacked.values())).shape[1]
+        n = len(next(iter(hosts[0].values())))
         if n % learner.num_devices:
             raise ValueError(f"ToDevice: a batch of {n} samples cannot be split evenly over {learner.num_devices} devices.")
-        stats["bytes"] += sum(v.nbytes for v in stacked.values())
+        stats["bytes"] += sum(v.nbytes for h in hosts for v in h.values())
         stats["transfers"] += 1
-        return jax.device_put(stacked, sharding), items
+        if len(hosts) == 1:  # nothing to stack: no host copy, no slicing on the device
+            return [(jax.device_put(hosts[0], flat), items[0])]
+        # Slices along the unsharded stack axis stay on their devices.
+        data = jax.device_put({k: np.stack([h[k] for h in hosts]) for k in hosts[0]}, stacked)
+        return [({k: v[i] for k, v in data.items()}, item) for i, item in enumerate(items)]
 
     def stopping() -> bool:
         return stop.is_set() or batches._shared.stopped.is_set()
@@ -118,7 +122,7 @@ def ToDevice(
                     continue
                 pending.append(item)
                 if len(pending) == num_stack:
-                    out, pending = stack(pending), []
+                    out, pending = transfer(pending), []
                     hand_over(out)
         except BaseException as e:  # handed to the consumer, which raises it
             hand_over(e)
@@ -142,14 +146,12 @@ def ToDevice(
                 stats["wait_s"] += time.perf_counter() - t0
                 if isinstance(got, BaseException):
                     raise ToDeviceError(f"ToDevice: producing batches failed: {got!r}") from got
-                data, items = got
-                n = next(iter(data.values())).shape[1]
-                for i, item in enumerate(items):
+                for data, item in got:
                     stats["batches"] += 1
                     ctx.info["to_device"] = dict(stats, megabytes=stats["bytes"] / 1e6)
                     yield DeviceBatch(
-                        {k: v[i] for k, v in data.items()},
-                        getattr(item, "env_steps", n),
+                        data,
+                        getattr(item, "env_steps", len(next(iter(data.values())))),
                         getattr(item, "weights_version", -1),
                         item._replace(data=None) if hasattr(item, "_replace") and hasattr(item, "data") else item,
                     )

@@ -25,12 +25,15 @@ from jaxflow import Learner, from_items
 from jaxflow.device import ToDevice
 learner = Learner(lambda p, b, r: ((p["w"] * b["x"]).sum(), {}), optax.sgd(0.1), {"w": np.float32(1.0)})
 items = [{"x": np.arange(16, dtype=np.float32) + 100 * i, "y": np.full((16, 3), i, np.int32)} for i in range(6)]
-out = list(ToDevice(from_items(items), learner, to_host=lambda b: b, num_stack=3).take(6))
-print(json.dumps({
-    "equal": all(np.array_equal(np.asarray(o.data[k]), i[k]) for o, i in zip(out, items) for k in i),
-    "devices": [len(o.data["x"].sharding.device_set) for o in out],
-    "rows_per_shard": sorted({s.data.shape[0] for o in out for s in o.data["y"].addressable_shards}),
-}))
+report = {}
+for num_stack in (1, 3):  # one transfer per batch, and three batches per transfer
+    out = list(ToDevice(from_items(items), learner, to_host=lambda b: b, num_stack=num_stack).take(6))
+    report[num_stack] = {
+        "equal": all(np.array_equal(np.asarray(o.data[k]), i[k]) for o, i in zip(out, items) for k in i),
+        "devices": [len(o.data["x"].sharding.device_set) for o in out],
+        "rows_per_shard": sorted({s.data.shape[0] for o in out for s in o.data["y"].addressable_shards}),
+    }
+print(json.dumps(report))
 """
 
 
@@ -38,10 +41,12 @@ def test_contents_order_and_sharding_on_four_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", FOUR_DEVICES], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["equal"] is True
-    assert out["devices"] == [4] * 6
-    assert out["rows_per_shard"] == [4]  # 16 samples over 4 devices
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    for num_stack in ("1", "3"):
+        out = report[num_stack]
+        assert out["equal"] is True
+        assert out["devices"] == [4] * 6
+        assert out["rows_per_shard"] == [4]  # 16 samples over 4 devices
 
 
 def _learner():
