@@ -141,6 +141,8 @@ class Learner:
             state = copy_to_target(state)
         # A copy: the update donates the state's buffers, which must not be the caller's arrays.
         self.state = jax.device_put(state, self._replicated, may_alias=False)
+        self._version = 0
+        self._num_epochs, self._minibatch_size = num_epochs, minibatch_size
         self._update = jax.jit(
             functools.partial(sgd_update, loss_fn, optimizer, num_epochs, minibatch_size),
             donate_argnums=0,
@@ -158,9 +160,11 @@ class Learner:
 
     @property
     def version(self) -> int:
-        """Optimizer steps so far; workers tag samples with the version they acted with."""
-        with self._lock:
-            return int(self.state.step)
+        """Optimizer steps so far; workers tag samples with the version they acted with.
+
+        Counted on the host (equal to ``state.step``), so asking never waits for the device.
+        """
+        return self._version
 
     def put_batch(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
         """Places a flat host batch on the devices, sharded along its leading axis."""
@@ -176,8 +180,10 @@ class Learner:
         """One SGD update (all epochs and minibatches) on a flat host batch; returns mean
         metrics as floats and per-sample metrics as numpy arrays."""
         device_batch = self.put_batch(batch)
+        n = len(next(iter(device_batch.values())))
         with self._lock:
             self.state, metrics = self._update(self.state, device_batch)
+            self._version += self._num_epochs * (n // (self._minibatch_size or n))
         return {k: float(v) if v.ndim == 0 else v for k, v in jax.device_get(metrics).items()}
 
     def update_target(self) -> None:
@@ -197,6 +203,7 @@ class Learner:
         grads = jax.device_put(grads, self._replicated)
         with self._lock:
             self.state = self._apply(self.state, grads)
+            self._version += 1
 
     def get_weights(self) -> Any:
         """The parameters as numpy arrays, for rollout workers."""
@@ -211,6 +218,7 @@ class Learner:
     def set_state(self, state: TrainState) -> None:
         with self._lock:
             self.state = jax.device_put(state, self._replicated, may_alias=False)
+            self._version = int(jax.device_get(state.step))
 
     def start_thread(self, to_host_batch: Callable[[Any], dict[str, Any]], inqueue_size: int = 8, outqueue_size: int = 8) -> "LearnerThread":
         """Starts a :class:`LearnerThread` on this learner; :meth:`stop` ends it."""

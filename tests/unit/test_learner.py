@@ -68,7 +68,9 @@ def test_epochs_times_minibatches_optimizer_steps():
     assert learner.version == 4
     assert np.isfinite(metrics["loss"])
     learner.update(batch)
-    assert learner.version == 8
+    assert learner.version == 8 == int(learner.state.step)  # counted on the host, equal to the device's
+    learner.set_state(learner.get_state()._replace(step=np.int32(3)))
+    assert learner.version == 3
 
 
 def _manual_sgd_step(params, x, y, lr):
