@@ -133,16 +133,14 @@ class TrainOneStep(Operator):
     def __call__(self, batch: SampleBatch | DeviceBatch | ReplayBatch, ctx: Context) -> Any:
         t0 = time.perf_counter()
         if isinstance(batch, DeviceBatch):
-            metrics = self.learner.update(batch.data)
-            record_update(ctx, metrics, batch.env_steps, update_time_s=time.perf_counter() - t0)
-            return metrics
-        if isinstance(batch, ReplayBatch):
-            metrics = self.learner.update(replay_train_batch(batch))
-            record_update(ctx, metrics, len(batch.indices), update_time_s=time.perf_counter() - t0)
-            return batch, metrics
-        metrics = self.learner.update(flatten_time_major(batch.data))
-        record_update(ctx, metrics, batch.env_steps, update_time_s=time.perf_counter() - t0)
-        return metrics
+            data = batch.data
+        elif isinstance(batch, ReplayBatch):
+            data = replay_train_batch(batch)
+        else:
+            data = flatten_time_major(batch.data)
+        metrics = self.learner.update(data)
+        record_update(ctx, metrics, num_samples(batch), update_time_s=time.perf_counter() - t0)
+        return (batch, metrics) if isinstance(batch, ReplayBatch) else metrics
 
 
 def replay_train_batch(batch: ReplayBatch) -> dict[str, np.ndarray]:
@@ -476,6 +474,15 @@ class Enqueue(Operator):
         return item
 
 
+def num_samples(batch: Any) -> int:
+    """Items a batch trains on: its env steps, replayed items, or leading size."""
+    if isinstance(batch, (SampleBatch, DeviceBatch)):
+        return batch.env_steps
+    if isinstance(batch, ReplayBatch):
+        return len(batch.indices)
+    return len(next(iter(batch.values())))
+
+
 def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalIterator[Any]:
     """The learner thread's outputs ``(batch, metrics)``, counted as updates; ``NOT_READY``
     while none has arrived within half a second (a blocking wait, not a spin), so
@@ -498,14 +505,10 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
             waits = ctx.info.setdefault("queues", {})
             waits["dequeue_wait_s"] = waits.get("dequeue_wait_s", 0.0) + time.perf_counter() - t0
             waits.update(learner_inqueue_size=thread.inqueue.qsize(), **{f"learner_{k}": v for k, v in thread.stats.items()})
-            if isinstance(batch, SampleBatch) or (isinstance(batch, DeviceBatch) and batch.weights_version >= 0):
-                # Optimizer steps between the weights that acted and those just trained.
-                lag = {"policy_lag": thread.learner.version - batch.weights_version}
-                record_update(ctx, metrics, batch.env_steps, **lag)
-            elif isinstance(batch, DeviceBatch):
-                record_update(ctx, metrics, batch.env_steps)
-            else:
-                record_update(ctx, metrics, len(batch.indices) if isinstance(batch, ReplayBatch) else len(next(iter(batch.values()))))
+            acted = getattr(batch, "weights_version", -1)
+            # Optimizer steps between the weights that acted (where known) and those just trained.
+            lag = {"policy_lag": thread.learner.version - acted} if acted >= 0 else {}
+            record_update(ctx, metrics, num_samples(batch), **lag)
             yield batch, metrics
 
     it = from_iterator(gen, context or Context(), name="Dequeue")

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxflow import Learner, from_items, from_iterator
+from jaxflow import Learner, SampleBatch, TrainOneStep, from_items, from_iterator
 from jaxflow.device import DeviceBatch, ToDevice, ToDeviceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -101,3 +101,14 @@ def test_uneven_batch_fails_clearly_instead_of_hanging():
     learner.devices = learner.devices * 2  # pretend there are two devices
     with pytest.raises(ToDeviceError, match="cannot be split evenly over 2 devices"):
         next(ToDevice(from_items([{"x": np.ones(3, np.float32)}]), learner, to_host=lambda b: b))
+
+
+def test_train_one_step_trains_on_device_batches_and_counts_their_env_steps():
+    learner = _learner()
+    fragments = [SampleBatch({"x": np.full((4, 2), 1.0, np.float32)}, 8, np.zeros(0), np.zeros(0), 0) for _ in range(3)]
+    trained = ToDevice(from_items(fragments), learner).for_each(TrainOneStep(learner))
+    metrics = trained.take(3)
+    # loss = w * sum(x) over 8 samples: d/dw = 8, so three SGD steps of 0.1 take w from 1 to -1.4.
+    assert learner.version == 3 and np.isclose(float(learner.get_weights()["w"]), 1.0 - 3 * 0.1 * 8)
+    assert metrics[0]["loss"] == 8.0
+    assert trained.context.counters["env_steps_trained"] == 24 and trained.context.counters["num_updates"] == 3
