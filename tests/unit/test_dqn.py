@@ -84,15 +84,30 @@ def test_loss_is_importance_weighted_huber_and_targets_carry_no_gradient():
 
 
 def test_dueling_head_centres_advantages():
+    """Q = V + A - mean(A): shifting every advantage by a constant leaves Q unchanged,
+    shifting the value moves every Q by exactly that much."""
     net = MLPQNetwork(4, (16,), dueling=True)
-    obs = jnp.ones((3, 5))
+    obs = jax.random.normal(jax.random.PRNGKey(1), (3, 5))
     params = net.init(jax.random.PRNGKey(0), obs)
     q, v = net.apply(params, obs)
     assert q.shape == (3, 4)
     np.testing.assert_allclose(np.asarray(v), np.asarray(q).max(-1))
-    # Q = V + A - mean(A): the mean over actions of Q is the value stream alone.
-    value_stream = net.apply(params, obs, method=lambda m, o: m(o)[0].mean(-1))
-    np.testing.assert_allclose(np.asarray(value_stream), np.asarray(q).mean(-1), rtol=1e-6)
+    layers = params["params"]  # Dense_0: hidden, Dense_1: advantages [4], Dense_2: value [1]
+    assert layers["Dense_1"]["bias"].shape == (4,) and layers["Dense_2"]["bias"].shape == (1,)
+
+    def shifted(layer: str, c: float):
+        p = jax.tree_util.tree_map(lambda x: x, params)
+        p["params"][layer]["bias"] = p["params"][layer]["bias"] + c
+        return np.asarray(net.apply(p, obs)[0])
+
+    np.testing.assert_allclose(shifted("Dense_1", 5.0), np.asarray(q), atol=1e-5)
+    np.testing.assert_allclose(shifted("Dense_2", 5.0), np.asarray(q) + 5.0, atol=1e-5)
+    # Without the dueling head the same shift of the output layer moves Q.
+    plain = MLPQNetwork(4, (16,), dueling=False)
+    pp = plain.init(jax.random.PRNGKey(0), obs)
+    moved = jax.tree_util.tree_map(lambda x: x, pp)
+    moved["params"]["Dense_1"]["bias"] = moved["params"]["Dense_1"]["bias"] + 5.0
+    np.testing.assert_allclose(np.asarray(plain.apply(moved, obs)[0]), np.asarray(plain.apply(pp, obs)[0]) + 5.0, atol=1e-5)
 
 
 def test_postprocess_priorities_hand_checked():
