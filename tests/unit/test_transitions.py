@@ -7,12 +7,13 @@ import gymnasium
 import numpy as np
 import pytest
 
-from jaxflow.replay import PrioritizedReplayBuffer
+from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows
 from jaxflow.transitions import (
     decode_rows,
     encode_fragment,
     rows_to_invalidate,
 )
+from jaxflow.workers import SampleBatch, concat_batches
 
 ATARI_FRAME_BYTES = 84 * 84
 
@@ -164,6 +165,25 @@ def test_single_frame_round_trip_through_buffer():
     expected = reference.lookup(decoded["rewards"].astype(np.int64))
     assert_decodes_exactly(decoded, expected)
     assert sorted(decoded["rewards"].astype(np.int64)) == list(range(1, 28))
+
+
+def test_fragments_joined_by_concat_batches_decode_like_each_alone():
+    """Workers' packed fragments can be joined (ConcatBatches in a bulk_sync plan): each
+    block's pointers stay inside it, so the joined rows decode to both fragments."""
+    rng = np.random.default_rng(1)
+    reference = Reference()
+    parts = []
+    for _ in range(2):
+        obs = rng.standard_normal((6, 2, 3)).astype(np.float32)
+        rows, priorities = encode_fragment(**reference.inputs(obs, rng.integers(0, 4, (5, 2)), rng), frame_stack=1)
+        parts.append(SampleBatch(ReplayRows(rows, priorities, 1), 10, np.zeros(0), np.zeros(0), 0))
+    joined = concat_batches(parts).data
+    assert isinstance(joined, ReplayRows) and joined.num_transitions == 20 and len(joined.priorities) == 24
+    buffer = PrioritizedReplayBuffer(capacity=30)
+    buffer.add(joined.rows, joined.priorities)
+    decoded = decode_rows(buffer.storage, transition_slots(buffer), frame_stack=1)
+    assert_decodes_exactly(decoded, reference.lookup(decoded["rewards"].astype(np.int64)))
+    assert sorted(decoded["rewards"].astype(np.int64)) == list(range(1, 21))
 
 
 def test_noise_frame_stack_round_trip_with_reset_costs_one_row_per_step():
