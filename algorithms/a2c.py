@@ -19,6 +19,7 @@ from jaxflow import (
     BroadcastWeights,
     CommonConfig,
     ConcatBatches,
+    DeviceSpec,
     ParallelRollouts,
     ReportMetrics,
     TrainOneStep,
@@ -97,5 +98,6 @@ def plan(workers, learner, config: A2CConfig):
 
 
 A2C = register_algorithm(
-    AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess, train_batch_env_steps=bulk_sync_env_steps)
+    AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess, train_batch_env_steps=bulk_sync_env_steps,
+                  device=DeviceSpec())
 )

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import rlax
 
-from algorithms.impala import IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
+from algorithms.impala import IMPALA, IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
 from jaxflow import AlgorithmSpec, register_algorithm
 from jaxflow.config import POSITIVE, param, require
 
@@ -53,5 +53,6 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
 
 
 APPO = register_algorithm(
-    AlgorithmSpec("APPO", APPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_sequences))
+    AlgorithmSpec("APPO", APPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_sequences),
+                  device=IMPALA.device)
 )

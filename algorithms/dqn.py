@@ -20,6 +20,8 @@ from jaxflow import (
     AlgorithmSpec,
     CommonConfig,
     Concurrently,
+    DeviceReplay,
+    DeviceSpec,
     ParallelReplay,
     ParallelRollouts,
     ReplayShards,
@@ -154,11 +156,15 @@ def encode(traj: Mapping[str, np.ndarray], config: DQNConfig) -> ReplayRows:
     return ReplayRows(rows, priorities, config.frame_stack)
 
 
+def epsilon_schedule(config: DQNConfig) -> optax.Schedule:
+    """Exploration rate as a function of env steps (all workers): linear over ``epsilon_timesteps``."""
+    return optax.linear_schedule(config.epsilon_initial, config.epsilon_final, config.epsilon_timesteps)
+
+
 def epsilon(config: DQNConfig, worker_index: int, env_steps: int) -> float:
-    """Linear decay over ``epsilon_timesteps`` env steps of all workers, estimated as this
-    worker's steps times the number of workers (they sample at about the same rate)."""
-    steps = env_steps * max(1, config.num_workers)
-    return float(np.interp(steps, [0, config.epsilon_timesteps], [config.epsilon_initial, config.epsilon_final]))
+    """The rate for a Ray worker, whose env steps of all workers are estimated as its own
+    times the number of workers (they sample at about the same rate)."""
+    return float(epsilon_schedule(config)(env_steps * max(1, config.num_workers)))
 
 
 def epsilon_greedy(rng: np.random.Generator, q: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
@@ -170,6 +176,39 @@ def epsilon_greedy(rng: np.random.Generator, q: np.ndarray, eps: float) -> tuple
 
 def explore(rng: np.random.Generator, q: np.ndarray, config: DQNConfig, worker_index: int, env_steps: int) -> tuple[np.ndarray, np.ndarray]:
     return epsilon_greedy(rng, q, epsilon(config, worker_index, env_steps))
+
+
+def explore_on_device(key: Array, q: Array, env_steps: Array, config: DQNConfig) -> tuple[Array, Array]:
+    """Device mode's epsilon-greedy, with the exact env step count of the run."""
+    k_explore, k_action = jax.random.split(key)
+    explore = jax.random.uniform(k_explore, q.shape[:1]) < epsilon_schedule(config)(env_steps)
+    random_actions = jax.random.randint(k_action, q.shape[:1], 0, q.shape[-1])
+    return jnp.where(explore, random_actions, q.argmax(axis=-1)).astype(jnp.int32), jnp.zeros(q.shape[:1], jnp.float32)
+
+
+def transitions(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array]:
+    """Device mode: the postprocessed fragment as flat transitions ``[T * B]``, each with its
+    bootstrap observation (``next_offsets`` steps later) and its initial priority."""
+    del config
+    T, B = traj["actions"].shape
+    next_obs = traj["obs"][jnp.arange(T)[:, None] + traj["next_offsets"], jnp.arange(B)[None, :]]
+    fields = dict(obs=traj["obs"][:-1], next_obs=next_obs, actions=traj["actions"], rewards=traj["rewards"],
+                  discounts=traj["discounts"], priorities=traj["priorities"])
+    return {k: v.reshape((T * B,) + v.shape[2:]) for k, v in fields.items()}
+
+
+def replay_on_device(config: DQNConfig) -> DeviceReplay:
+    """Device mode's replay: the Ray plan's buffer size, replay ratio, priorities and target period."""
+    return DeviceReplay(
+        capacity=config.buffer_size,
+        batch_size=config.train_batch_size,
+        sgd_steps=sgd_steps_per_fragment(config),
+        alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
+        beta=importance_exponent(config),
+        priority_eps=config.prioritized_replay_eps,
+        target_period=config.target_network_update_freq,
+        learning_starts=config.learning_starts,
+    )
 
 
 def td_errors(q_tm1: Array, a_tm1: Array, r_t: Array, discount_t: Array, q_t_value: Array, q_t_selector: Array, double_q: bool) -> Array:
@@ -208,10 +247,16 @@ def make_replay(config: Any, samples_per_insert: float | None = None, error_buff
     )
 
 
-def beta_schedule(learner: Any, config: Any) -> Any:
-    """Importance-sampling exponent as a function of the learner's SGD steps."""
-    beta = optax.linear_schedule(config.prioritized_replay_beta if config.prioritized_replay else 0.0,
+def importance_exponent(config: Any) -> optax.Schedule:
+    """beta as a function of SGD steps: ``prioritized_replay_beta`` annealed linearly to 1
+    (0 without priorities: uniform replay needs no correction)."""
+    return optax.linear_schedule(config.prioritized_replay_beta if config.prioritized_replay else 0.0,
                                  1.0 if config.prioritized_replay else 0.0, config.beta_annealing_steps)
+
+
+def beta_schedule(learner: Any, config: Any) -> Any:
+    """Importance-sampling exponent at the learner's current SGD step."""
+    beta = importance_exponent(config)
     return lambda: float(beta(learner.version))
 
 
@@ -244,5 +289,6 @@ DQN = register_algorithm(
         sgd=lambda c: (1, c.train_batch_size),
         network=lambda c, obs_shape, num_actions: q_network(obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling),
         target_network=True, replay=make_replay, explore=explore, encode=encode,
+        device=DeviceSpec(act=explore_on_device, prepare=transitions, replay=replay_on_device),
     )
 )

@@ -12,7 +12,6 @@ import chex
 import distrax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import rlax
 
 from jaxflow import (
@@ -22,6 +21,7 @@ from jaxflow import (
     ConcatBatches,
     Concurrently,
     Dequeue,
+    DeviceSpec,
     Enqueue,
     ParallelRollouts,
     ReportMetrics,
@@ -91,11 +91,12 @@ def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
     return {k: traj[k] for k in keep}
 
 
-def batch_major(batch: Any) -> dict[str, np.ndarray]:
-    """A train batch (``SampleBatch`` of ``[T, B]`` fragments) as the learner takes it:
+def batch_major(data: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
+    """A fragment's fields (``[T, B, ...]``, numpy or JAX) as the learner takes them:
     sequences along the leading axis, ``[B, T, ...]``, so the learner can shard and split
-    it by sequence; the loss turns it back to time-major."""
-    return {k: v if k in PER_ENV_FIELDS else np.swapaxes(v, 0, 1) for k, v in batch.data.items()}
+    the batch by sequence; the loss turns it back to time-major."""
+    del config
+    return {k: v if k in PER_ENV_FIELDS else v.swapaxes(0, 1) for k, v in data.items()}
 
 
 def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -> tuple[Array, Array, Array]:
@@ -141,11 +142,14 @@ def plan(workers, learner, config: IMPALAConfig):
     #     a feeding thread places on the learner's devices ahead of the learner thread
     batches = (ParallelRollouts(workers, mode="async", num_async=config.num_async)
                .combine(ConcatBatches(config.train_batch_size)))
-    feed = ToDevice(batches, learner, to_host=batch_major, prefetch=config.prefetch_batches).for_each(Enqueue(thread))
+    feed = (ToDevice(batches, learner, to_host=lambda batch: batch_major(batch.data), prefetch=config.prefetch_batches)
+            .for_each(Enqueue(thread)))
     # (2) after every broadcast_interval updates, all actors get the new weights (one object-store put)
     update = Dequeue(thread).for_each(BroadcastWeights(learner, workers, every_n=config.broadcast_interval))
     return ReportMetrics(Concurrently([feed, update], mode="async", output_indexes=[1]), workers,
                          config.min_env_steps_per_iteration)
 
 
-IMPALA = register_algorithm(AlgorithmSpec("IMPALA", IMPALAConfig, loss, plan, postprocess))
+IMPALA = register_algorithm(
+    AlgorithmSpec("IMPALA", IMPALAConfig, loss, plan, postprocess, device=DeviceSpec(prepare=batch_major))
+)

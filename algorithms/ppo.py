@@ -20,6 +20,7 @@ from jaxflow import (
     BroadcastWeights,
     CommonConfig,
     ConcatBatches,
+    DeviceSpec,
     ParallelRollouts,
     ReportMetrics,
     StandardizeFields,
@@ -27,7 +28,8 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.operators import bulk_sync_env_steps
+from jaxflow.anakin import flat_batch
+from jaxflow.operators import bulk_sync_env_steps, standardize_fields
 
 Array = jax.Array
 
@@ -100,7 +102,12 @@ def plan(workers, learner, config: PPOConfig):
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 
+def device_batch(traj: Mapping[str, Array], config: PPOConfig) -> dict[str, Array]:
+    """Device mode's train batch: the fragment flattened, advantages standardized (the plan's (1))."""
+    return standardize_fields(flat_batch(traj, config), ["advantages"])
+
+
 PPO = register_algorithm(
     AlgorithmSpec("PPO", PPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_size),
-                  train_batch_env_steps=bulk_sync_env_steps)
+                  train_batch_env_steps=bulk_sync_env_steps, device=DeviceSpec(prepare=device_batch))
 )

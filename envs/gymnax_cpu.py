@@ -1,9 +1,8 @@
 """A gymnax (JAX) environment behind the gymnasium API, so CPU rollout workers can run it.
 
-gymnax folds the time limit into ``done``; we split it back into ``terminated`` and
-``truncated`` by reading ``state.time`` against ``max_steps_in_episode``, because
-bootstrapping on a time limit but not on a real termination is what makes value
-targets correct.
+gymnax's ``step_env`` reports natural termination only; the time limit is ``state.time``
+against ``max_steps_in_episode`` and comes back as ``truncated``, because bootstrapping on
+a time limit but not on a real termination is what makes value targets correct.
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ class GymnaxCPUEnv(gymnasium.Env):
 
     def step(self, action):
         self._key, sub = jax.random.split(self._key)
-        obs, self._state, reward, done, _ = self._step(sub, self._state, action, self._params)
-        done = bool(done)
-        time_limit = int(self._state.time) >= int(self._params.max_steps_in_episode)
-        truncated = done and time_limit
-        return np.asarray(obs, np.float32), float(reward), done and not truncated, truncated, {}
+        obs, self._state, reward, terminated, _ = self._step(sub, self._state, action, self._params)
+        terminated = bool(terminated)
+        truncated = not terminated and int(self._state.time) >= int(self._params.max_steps_in_episode)
+        return np.asarray(obs, np.float32), float(reward), terminated, truncated, {}

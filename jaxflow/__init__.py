@@ -1,5 +1,6 @@
 """jaxflow: algorithms as short dataflow programs, numerics in JAX, actors in Ray."""
 
+from jaxflow.anakin import AnakinState, DeviceProgram, DeviceReplay, DeviceSpec, OnDevice
 from jaxflow.algorithm import Algorithm, AlgorithmSpec, evaluate_policy, get_algorithm, list_algorithms, register_algorithm
 from jaxflow.checkpoint import CheckpointError
 from jaxflow.config import CommonConfig, ConfigError
@@ -47,6 +48,7 @@ __all__ = [
     "ActorPool",
     "Algorithm",
     "AlgorithmSpec",
+    "AnakinState",
     "ApplyGradients",
     "BackpressureError",
     "BroadcastWeights",
@@ -59,6 +61,9 @@ __all__ = [
     "Context",
     "Dequeue",
     "DeviceBatch",
+    "DeviceProgram",
+    "DeviceReplay",
+    "DeviceSpec",
     "Enqueue",
     "Learner",
     "LearnerThread",
@@ -66,6 +71,7 @@ __all__ = [
     "LocalIterator",
     "MLPActorCritic",
     "MLPQNetwork",
+    "OnDevice",
     "Operator",
     "ParallelIterator",
     "ParallelReplay",

@@ -25,9 +25,11 @@ import numpy as np
 
 import envs
 from jaxflow import checkpoint
+from jaxflow.anakin import DeviceProgram, DeviceSpec, OnDevice
 from jaxflow.config import ConfigError, from_json_dict, to_json_dict
 from jaxflow.learner import Learner, make_optimizer
 from jaxflow.metrics import Context
+from jaxflow.operators import ReportMetrics
 from jaxflow.networks import actor_critic_network, greedy_action
 from jaxflow.replay_shards import ReplayShards
 from jaxflow.workers import WorkerSet, WorkerSpec, example_train_batch
@@ -49,7 +51,9 @@ class AlgorithmSpec:
     ``target_network`` gives the learner a target copy of the parameters (DQN);
     ``replay(config)`` builds the replay shards, which the plan then gets as a fourth
     argument and which are checkpointed with the learner;
-    ``explore`` and ``encode`` go to the rollout workers (see :class:`WorkerSpec`).
+    ``explore`` and ``encode`` go to the rollout workers (see :class:`WorkerSpec`);
+    ``device`` lets the algorithm train on the device with a JAX environment (see
+    :class:`~jaxflow.anakin.DeviceSpec`).
     """
 
     name: str
@@ -69,6 +73,7 @@ class AlgorithmSpec:
     replay: Callable[[Any], ReplayShards] | None = None
     explore: Callable[..., Any] | None = None
     encode: Callable[..., Any] | None = None
+    device: DeviceSpec | None = None
 
 
 _ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -121,6 +126,31 @@ def _spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
     return spaces
 
 
+def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
+    """``"ray"`` or ``"device"`` for ``config.mode``; "auto" is device mode for a gymnax env
+    when the algorithm has one. Raises :class:`ConfigError` for a mode that cannot run."""
+    gymnax_env = envs.entry(config.env).kind == "gymnax"
+    can_device = gymnax_env and spec.device is not None
+    name = type(config).__name__
+    if config.mode == "device" and not can_device:
+        why = (f"{spec.name} has no device mode (algorithms with one: {', '.join(device_algorithms())})"
+               if spec.device is None else f"{config.env!r} is not a JAX environment (device mode runs gymnax/<id> envs)")
+        raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")
+    mode = "device" if config.mode == "device" or (config.mode == "auto" and can_device) else "ray"
+    if mode == "ray" and (config.num_seeds > 1 or config.sweep):
+        raise ConfigError(
+            f"{name}.num_seeds > 1 and {name}.sweep need device mode (a gymnax/<id> env and one of "
+            f"{', '.join(device_algorithms())}); this run is in Ray mode."
+        )
+    return mode
+
+
+def device_algorithms() -> list[str]:
+    """Names of the algorithms that can train on the device."""
+    _load_builtin()
+    return sorted(spec.name for spec in _ALGORITHMS.values() if spec.device is not None)
+
+
 def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[Any, Learner]:
     """The network and a freshly initialised learner for ``config`` (no Ray needed)."""
     obs_space, action_space = _spaces(config)
@@ -160,6 +190,16 @@ class Algorithm:
     def __init__(self, config: Any, spec: AlgorithmSpec | None = None):
         self.spec = spec or _spec_of(config)
         self.config = config
+        self.mode = resolve_mode(config, self.spec)
+        self.replay: ReplayShards | None = None
+        if self.mode == "device":
+            self.program: DeviceProgram | None = DeviceProgram(config, self.spec)
+            self.network, self.learner, self.workers = self.program.network, None, None
+            # (1) iterations_per_call rollouts + updates per compiled call, (2) one result per iteration
+            self._results = ReportMetrics(OnDevice(self.program), None, config.min_env_steps_per_iteration)
+            self.last_result: dict[str, Any] | None = None
+            return
+        self.program = None
         self.network, self.learner = build_learner(config, self.spec)
         worker_spec = WorkerSpec(
             config, self.network, self.spec.postprocess, self.spec.loss if self.spec.gradients_on_workers else None,
@@ -212,7 +252,7 @@ class Algorithm:
         """Writes a checkpoint under ``directory``; returns its path."""
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
         write_replay = None if self.replay is None else self.replay.save
-        path = checkpoint.save(directory, self.iteration, self.learner.get_state(), meta, write_replay)
+        path = checkpoint.save(directory, self.iteration, self._state_owner.get_state(), meta, write_replay)
         if self.replay is not None:
             self.replay.saved_at(path)
         return path
@@ -234,20 +274,30 @@ class Algorithm:
     def load(self, path: str) -> None:
         """Loads learner state and counters from a checkpoint into this run."""
         ckpt, meta = _find(path)
-        self.learner.set_state(checkpoint.restore_state(ckpt, self.learner.get_state()))
+        self._state_owner.set_state(checkpoint.restore_state(ckpt, self._state_owner.get_state()))
         self.context.load_state(meta["context"])
         if self.replay is not None:
             self.replay.load(ckpt)
-        self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
+        if self.workers is not None:
+            self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
 
-    def evaluate(self, episodes: int = 10, seed: int | None = None) -> dict[str, Any]:
-        """Runs the greedy policy for ``episodes`` episodes in the driver."""
-        return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
+    @property
+    def _state_owner(self) -> Any:
+        """What holds the state a checkpoint saves: the device program, or the learner."""
+        return self.program if self.program is not None else self.learner
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
+        """Runs the greedy policy for ``episodes`` episodes in the driver (in device mode, the
+        policy of agent ``member``)."""
+        weights = self.program.get_weights(member) if self.program is not None else self.learner.get_weights()
+        return evaluate_policy(self.config, self.network, weights, episodes, seed)
 
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits
         for the threads to end."""
         self._results.stop()
+        if self.program is not None:
+            return
         self.learner.stop()
         self.workers.stop()
         if self.replay is not None:
@@ -268,6 +318,10 @@ def load_policy(path: str) -> tuple[Any, Any, Any]:
     ckpt, meta = _find(path)
     spec = get_algorithm(meta["algorithm"])
     config = from_json_dict(spec.config_cls, meta["config"])
+    if resolve_mode(config, spec) == "device":
+        program = DeviceProgram(config, spec)
+        program.set_state(checkpoint.restore_state(ckpt, program.get_state()))
+        return config, program.network, program.get_weights()
     network, learner = build_learner(config, spec)
     state = checkpoint.restore_state(ckpt, learner.get_state())
     return config, network, jax.device_get(state.params)

@@ -29,6 +29,8 @@ class Check:
     high_inclusive: bool = True
 
     def __call__(self, x: float) -> bool:
+        if x is None:  # an optional field left unset
+            return True
         if x != x:  # NaN satisfies no bound, but fails none of the comparisons below
             return False
         if self.low is not None and (x < self.low or (x == self.low and not self.low_inclusive)):
@@ -229,9 +231,39 @@ class CommonConfig:
     """episode_return_mean averages this many most recent episodes."""
     min_env_steps_per_iteration: int = param(0, NON_NEGATIVE)
     """A training iteration lasts at least this many sampled env steps."""
+    mode: Literal["auto", "ray", "device"] = "auto"
+    """Ray rollout workers, or rollout and update compiled together on the device (gymnax envs
+    only); "auto" picks device mode for a gymnax env when the algorithm has one."""
+    num_envs: int | None = param(None, POSITIVE)
+    """Device mode: environments stepped together (None: num_workers x num_envs_per_worker,
+    the batch Ray mode samples per round); a training batch is num_envs x rollout_fragment_length."""
+    iterations_per_call: int = param(10, POSITIVE)
+    """Device mode: training iterations (rollout + update) compiled into one call."""
+    num_seeds: int = param(1, POSITIVE)
+    """Device mode: independent agents with seeds seed, seed + 1, ... trained in one compiled call."""
+    sweep: dict = param(None, factory=dict)
+    """Device mode: one numeric field and its values, {"lr": [1e-4, 3e-4]}; each value trains
+    num_seeds agents, all in one compiled call."""
 
     def __post_init__(self) -> None:
         validate(self)
+        self._validate_sweep()
         require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         require(self.vector_env != "ale" or self.env.startswith("ALE/"),
                 f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.")
+
+    def _validate_sweep(self) -> None:
+        if not self.sweep:
+            return
+        name = type(self).__name__
+        require(len(self.sweep) == 1, f"{name}.sweep takes one field, got {sorted(self.sweep)}.")
+        field, values = next(iter(self.sweep.items()))
+        hints = _hints(type(self))
+        require(field in hints and field != "sweep",
+                f"{name}.sweep: no field {field!r}. Fields: {', '.join(field_names(type(self)))}.")
+        require(hints[field] is float, f"{name}.sweep: {field!r} is not a float field; only numeric fields "
+                f"({', '.join(f for f, t in hints.items() if t is float)}) can be swept.")
+        require(isinstance(values, (list, tuple)) and len(values) > 0 and all(_type_ok(v, float) for v in values),
+                f"{name}.sweep[{field!r}] must be a non-empty list of numbers, got {values!r}.")
+        for v in values:  # each value must be valid where the field itself is set
+            dataclasses.replace(self, sweep={}, **{field: float(v)})

@@ -53,7 +53,8 @@ def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformat
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
 
 
-def _sgd_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, state: TrainState, batch: Any) -> tuple[TrainState, Any]:
+def sgd_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, state: TrainState, batch: Any) -> tuple[TrainState, Any]:
+    """One optimizer step on one (mini)batch; the loss's metrics plus ``loss`` and ``grad_norm``."""
     key = jax.random.fold_in(state.rng, state.step)
     target = () if state.target_params is None else (state.target_params,)
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key, *target)
@@ -89,7 +90,7 @@ def sgd_update(
         else:
             idx = jax.random.permutation(key, n)[: num_mb * mb]
         minibatches = jax.tree_util.tree_map(lambda x: x[idx].reshape((num_mb, mb) + x.shape[1:]), batch)
-        return jax.lax.scan(functools.partial(_sgd_step, loss_fn, optimizer), state, minibatches)
+        return jax.lax.scan(functools.partial(sgd_step, loss_fn, optimizer), state, minibatches)
 
     rng, shuffle = jax.random.split(state.rng)
     state, metrics = jax.lax.scan(epoch, state._replace(rng=rng), jax.random.split(shuffle, num_epochs))

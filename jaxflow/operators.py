@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import queue
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -109,11 +109,17 @@ class StandardizeFields:
         self.fields = list(fields)
 
     def __call__(self, batch: SampleBatch) -> SampleBatch:
-        data = dict(batch.data)
-        for f in self.fields:
-            x = data[f]
-            data[f] = ((x - x.mean()) / (x.std() + 1e-8)).astype(x.dtype)
-        return batch._replace(data=data)
+        return batch._replace(data=standardize_fields(batch.data, self.fields))
+
+
+def standardize_fields(data: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """``data`` with the named fields shifted and scaled to mean 0, standard deviation 1
+    (numpy or JAX arrays, so device mode standardizes inside its compiled call)."""
+    out = dict(data)
+    for f in fields:
+        x = out[f]
+        out[f] = ((x - x.mean()) / (x.std() + 1e-8)).astype(x.dtype)
+    return out
 
 
 class TrainOneStep(Operator):
@@ -212,7 +218,7 @@ class ApplyGradients(Operator):
         return result.metrics
 
 
-def ReportMetrics(train: LocalIterator[Any], workers: WorkerSet, min_env_steps_per_iteration: int = 0) -> LocalIterator[dict[str, Any]]:
+def ReportMetrics(train: LocalIterator[Any], workers: WorkerSet | None, min_env_steps_per_iteration: int = 0) -> LocalIterator[dict[str, Any]]:
     """Turns a stream of training steps into one result dict per training iteration.
 
     An iteration pulls at least one item and at least ``min_env_steps_per_iteration``
@@ -240,32 +246,29 @@ def ReportMetrics(train: LocalIterator[Any], workers: WorkerSet, min_env_steps_p
     return LocalIterator(gen, train._shared, "ReportMetrics")
 
 
-def results(ctx: Context, workers: WorkerSet, steps_this_iter: int, seconds_this_iter: float) -> dict[str, Any]:
-    """The standard result dict (DESIGN.md) from a plan's context."""
-    returns = np.asarray(ctx.episode_returns, np.float64)
-    lengths = np.asarray(ctx.episode_lengths, np.float64)
-    nan = float("nan")
+def results(ctx: Context, workers: WorkerSet | None, steps_this_iter: int, seconds_this_iter: float) -> dict[str, Any]:
+    """The standard result dict (DESIGN.md) from a plan's context (``workers`` is None in
+    device mode, which has no rollout workers)."""
     c = ctx.counters
-    return {
+    out = {
         "training_iteration": int(c["training_iteration"]),
         ENV_STEPS_SAMPLED: int(c[ENV_STEPS_SAMPLED]),
         ENV_STEPS_TRAINED: int(c[ENV_STEPS_TRAINED]),
-        "episode_return_mean": float(returns.mean()) if len(returns) else nan,
-        "episode_return_min": float(returns.min()) if len(returns) else nan,
-        "episode_return_max": float(returns.max()) if len(returns) else nan,
-        "episode_len_mean": float(lengths.mean()) if len(lengths) else nan,
-        "episodes": int(ctx.episodes_total),
+        **ctx.episode_stats(),
         "env_steps_per_s": steps_this_iter / max(seconds_this_iter, 1e-9),
         "time_s": float(c["time_s"]),
         "time_this_iter_s": seconds_this_iter,
         NUM_UPDATES: int(c[NUM_UPDATES]),
         NUM_WEIGHT_SYNCS: int(c[NUM_WEIGHT_SYNCS]),
-        "num_worker_restarts": workers.num_restarts,
-        "num_healthy_workers": workers.num_healthy,
+        "num_worker_restarts": workers.num_restarts if workers is not None else 0,
+        "num_healthy_workers": workers.num_healthy if workers is not None else 0,
         "learner": dict(ctx.info.get("learner", {})),
         # Whatever else the plan's operators report: learner queues, device feeding.
         **{k: dict(v) for k, v in ctx.info.items() if k != "learner"},
     }
+    if ctx.member_names:
+        out["members"] = ctx.member_results()
+    return out
 
 
 REPLAY_ITEMS_STORED = "replay_items_stored"

@@ -90,7 +90,7 @@ def test_batch_major_keeps_per_env_fields_and_concatenation_is_consistent():
     joined = concat_batches([a, b])
     assert joined.data["obs"].shape == (6, 6, 4) and joined.data["last_obs"].shape == (6, 4)
     np.testing.assert_array_equal(joined.data["last_obs"][3:], b.data["last_obs"])
-    host = batch_major(joined)
+    host = batch_major(joined.data)
     assert host["obs"].shape == (6, 6, 4) and host["rewards"].shape == (6, 6)
     np.testing.assert_array_equal(host["obs"][4], b.data["obs"][:, 1])  # sequence 4 = b's env 1
 
@@ -106,7 +106,7 @@ def test_losses_on_policy_reduce_to_actor_critic_with_bootstrapped_returns(algo)
     logits, _ = net.apply(params, batch.data["obs"].reshape(T * B, 4))
     logp = jax.nn.log_softmax(logits)[jnp.arange(T * B), batch.data["actions"].reshape(-1)]
     data = dict(batch.data, logp=np.asarray(logp).reshape(T, B))
-    host = batch_major(batch._replace(data=data))
+    host = batch_major(data)
     config, fn = (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
     _, metrics = fn(params, host, None, apply_fn=net.apply, config=config)
     _, v = net.apply(params, np.concatenate([data["obs"], data["last_obs"][None]]).reshape((T + 1) * B, 4))
