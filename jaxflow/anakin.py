@@ -270,10 +270,11 @@ class DeviceProgram:
         self._env_sharded = NamedSharding(mesh, PartitionSpec("batch"))
         state = self._init_members()
         self._check(state, obs_shape)
-        self._shardings = self._state_shardings(state, leading_member_axis=len(self.members) > 1)
+        self._shardings = self._state_shardings(state)
         self.state = jax.device_put(state, self._shardings, may_alias=False)
-        run = self._run_one if len(self.members) == 1 else jax.vmap(self._run_one)
-        self._run = jax.jit(run, donate_argnums=0)
+        # Always vmapped, one agent too: the same compiled arithmetic per member makes seed 0
+        # of a multi-seed run reproduce the single-seed run exactly.
+        self._run = jax.jit(jax.vmap(self._run_one), donate_argnums=0)
 
     @property
     def loss(self) -> Callable[..., Any]:
@@ -283,10 +284,11 @@ class DeviceProgram:
     # --- state ------------------------------------------------------------------------
 
     def _init_members(self) -> AnakinState:
+        """Every member's state stacked along a leading members axis. Each member is initialised
+        by the same compiled function, one at a time, so its parameters do not depend on the
+        number of members."""
         init = jax.jit(self._init_one)
         states = [init(jnp.int32(m.seed), {k: jnp.float32(v) for k, v in m.hyper.items()}) for m in self.members]
-        if len(states) == 1:
-            return states[0]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
 
     def _init_one(self, seed: Array, hyper: dict[str, Array]) -> AnakinState:
@@ -319,7 +321,7 @@ class DeviceProgram:
                 f"but its observation space is {obs_shape}."
             )
         try:
-            jax.eval_shape(self._run_one if len(self.members) == 1 else jax.vmap(self._run_one), state)
+            jax.eval_shape(jax.vmap(self._run_one), state)
         except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
                 jax.errors.TracerIntegerConversionError) as e:
             if not self.config.sweep:
@@ -330,9 +332,8 @@ class DeviceProgram:
                 "gamma or ent_coef."
             ) from e
 
-    def _state_shardings(self, state: AnakinState, leading_member_axis: bool) -> Any:
-        env_sharding = (NamedSharding(self._env_sharded.mesh, PartitionSpec(None, "batch"))
-                        if leading_member_axis else self._env_sharded)
+    def _state_shardings(self, state: AnakinState) -> Any:
+        env_sharding = NamedSharding(self._env_sharded.mesh, PartitionSpec(None, "batch"))
         return state._replace(
             **{f: jax.tree.map(lambda _: self._replicated, getattr(state, f)) for f in AnakinState._fields if f != "envs"},
             envs=jax.tree.map(lambda _: env_sharding, state.envs),
@@ -347,8 +348,7 @@ class DeviceProgram:
 
     def get_weights(self, member: int = 0) -> Any:
         """One member's parameters as numpy arrays."""
-        params = jax.device_get(self.state.train.params)
-        return params if len(self.members) == 1 else jax.tree.map(lambda x: x[member], params)
+        return jax.tree.map(lambda x: np.asarray(x[member]), jax.device_get(self.state.train.params))
 
     # --- the compiled call -------------------------------------------------------------
 
@@ -393,7 +393,7 @@ class DeviceProgram:
 
     def call(self) -> dict[str, np.ndarray]:
         """Runs ``iterations_per_call`` iterations of every member; returns their metrics
-        on the host, ``[members?, K, ...]`` (the members axis only with several members)."""
+        on the host, ``[members, K, ...]``."""
         self.state, out = self._run(self.state)
         return jax.device_get(out)
 
@@ -413,20 +413,17 @@ def OnDevice(program: DeviceProgram) -> LocalIterator[dict[str, np.ndarray]]:
     def gen() -> Iterator[dict[str, np.ndarray]]:
         while True:
             out = program.call()
-            per_member = [out] if not names else [jax.tree.map(lambda x: x[i], out) for i in range(len(names))]
-            for i, o in enumerate(per_member):
-                returns, lengths = o["episode_returns"].reshape(-1), o["episode_lengths"].reshape(-1)
+            for i in range(len(program.members)):
+                returns, lengths = out["episode_returns"][i].reshape(-1), out["episode_lengths"][i].reshape(-1)
                 ended = ~np.isnan(returns)
                 ctx.record_episodes(returns[ended], lengths[ended], member=i if names else None)
-            first = per_member[0]
-            k = len(first["trained"])
-            ctx.counters[ENV_STEPS_SAMPLED] += k * program.steps_per_iteration
-            ctx.counters[ENV_STEPS_TRAINED] += int(first["trained"].sum())
-            ctx.counters[NUM_UPDATES] += int(np.count_nonzero(first["trained"]))
-            ctx.info["learner"] = {
-                key: float(np.nanmean(v[..., -1])) if not np.isnan(v[..., -1]).all() else float("nan")
-                for key, v in out.items() if key not in ("episode_returns", "episode_lengths", "trained")
-            }
+            trained = out["trained"][0]  # members train in lockstep
+            ctx.counters[ENV_STEPS_SAMPLED] += len(trained) * program.steps_per_iteration
+            ctx.counters[ENV_STEPS_TRAINED] += int(trained.sum())
+            ctx.counters[NUM_UPDATES] += int(np.count_nonzero(trained))
+            # The last iteration's statistics, averaged over members (NaN before a replay learner starts).
+            last = {k: v[:, -1] for k, v in out.items() if k not in ("episode_returns", "episode_lengths", "trained")}
+            ctx.info["learner"] = {k: float(np.mean(v)) for k, v in last.items()}
             yield out
 
     return from_iterator(gen, ctx, "OnDevice")

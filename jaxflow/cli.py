@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
-from jaxflow.config import ConfigError, parse_value, with_overrides
+from jaxflow.config import ConfigError, from_json_dict, parse_value, with_overrides
 
-MODES = ("ray", "device")
+MODES = ("auto", "ray", "device")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +31,11 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--logdir", help="where progress, TensorBoard events and checkpoints go")
     t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
     t.add_argument("--checkpoint-every", type=int, default=10, help="iterations between checkpoints (0: at the end only)")
-    t.add_argument("--mode", choices=MODES, default="ray", help="Ray rollout workers, or on-device rollouts")
+    t.add_argument("--mode", choices=MODES, help="Ray rollout workers, or rollout + update compiled on the device "
+                   "(gymnax envs); default auto: device for gymnax/<id> envs where the algorithm has it")
+    t.add_argument("--num-seeds", type=int, help="device mode: train this many seeds at once (vmapped)")
+    t.add_argument("--sweep", metavar="FIELD=V1,V2,...",
+                   help="device mode: train one agent per value of a numeric config field, all at once")
     t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
     t.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -49,40 +55,51 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
         if not sep:
             raise ConfigError(f"--set takes FIELD=VALUE, got {item!r}.")
         out[key.strip()] = value.strip()
-    for flag, field in (("env", "env"), ("num_workers", "num_workers"), ("seed", "seed")):
-        if getattr(args, flag) is not None:
+    for flag, field in (("env", "env"), ("num_workers", "num_workers"), ("seed", "seed"), ("mode", "mode"),
+                        ("num_seeds", "num_seeds")):
+        if getattr(args, flag, None) is not None:
             out[field] = str(getattr(args, flag))
+    if getattr(args, "sweep", None):
+        field, sep, values = args.sweep.partition("=")
+        try:
+            numbers = [float(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            numbers = []
+        if not sep or not numbers:
+            raise ConfigError(f"--sweep takes FIELD=V1,V2,... with numbers, got {args.sweep!r}.")
+        out["sweep"] = json.dumps({field.strip(): numbers})
     return out
 
 
 def _train(args: argparse.Namespace) -> int:
     from jaxflow import checkpoint
-    from jaxflow.algorithm import Algorithm, get_algorithm, init_ray
+    from jaxflow.algorithm import Algorithm, get_algorithm, init_ray, resolve_mode
     from jaxflow.run import parse_stop, train
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
-    if args.mode == "device":
-        raise ConfigError("--mode device (on-device rollouts for gymnax envs) is not available yet; use --mode ray.")
     if args.resume:
         logdir = args.resume
         if checkpoint.latest(logdir) is None:
             raise ConfigError(f"--resume {logdir!r}: no complete checkpoint there.")
-        spec = get_algorithm(checkpoint.load_meta(checkpoint.latest(logdir))["algorithm"])
+        meta = checkpoint.load_meta(checkpoint.latest(logdir))
+        spec = get_algorithm(meta["algorithm"])
         overrides = {k: parse_value(spec.config_cls, k, v) for k, v in _overrides(args).items()}
-        print(f"jaxflow: resuming {spec.name} from {checkpoint.latest(logdir)}", flush=True)
-        init_ray(args.address)
+        config = dataclasses.replace(from_json_dict(spec.config_cls, meta["config"]), **overrides)
+        mode = resolve_mode(config, spec)
+        print(f"jaxflow: resuming {spec.name} from {checkpoint.latest(logdir)}, {_describe(config, mode)}", flush=True)
+        if mode == "ray":
+            init_ray(args.address)
         algo = Algorithm.restore(logdir, **overrides)
     else:
         if not args.algo:
             raise ConfigError("train needs --algo NAME (or --resume LOGDIR).")
         spec = get_algorithm(args.algo)
         config = with_overrides(spec.config_cls(), _overrides(args))  # validates before any actor starts
-        import envs
-
-        envs.entry(config.env)
+        mode = resolve_mode(config, spec)
         logdir = args.logdir or os.path.join("runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
-        print(f"jaxflow: {spec.name} on {config.env}, mode ray ({config.num_workers} rollout workers), logdir {logdir}", flush=True)
-        init_ray(args.address)
+        print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
+        if mode == "ray":
+            init_ray(args.address)
         algo = Algorithm(config, spec)
     try:
         result = train(algo, stop, logdir, args.checkpoint_every, verbose=not args.quiet)
@@ -94,6 +111,15 @@ def _train(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _describe(config: Any, mode: str) -> str:
+    """How the run will train, for the first line it prints."""
+    chosen = " (auto)" if config.mode == "auto" else ""
+    if mode == "ray":
+        return f"mode ray{chosen} ({config.num_workers} rollout workers)"
+    agents = config.num_seeds * len(next(iter(config.sweep.values()), [None]))
+    return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
 
 
 def _evaluate(args: argparse.Namespace) -> int:

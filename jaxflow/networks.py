@@ -19,10 +19,12 @@ class MLPActorCritic(nn.Module):
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
+    obs_ndim: int = 1
+    """Trailing axes of an observation, flattened into the first layer's input (3 for MinAtar's [10, 10, 4])."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        x = obs.astype(jnp.float32).reshape(obs.shape[:-1] + (-1,))
+        x = obs.astype(jnp.float32).reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,))
 
         def torso(h: jax.Array) -> jax.Array:
             for width in self.hidden_sizes:
@@ -207,16 +209,23 @@ class ConvQNetwork(nn.Module):
         return q, q.max(axis=-1)
 
 
+def is_frame_stack(obs_shape: Sequence[int]) -> bool:
+    """Whether observations are stacks of images ``[k, H, W]`` large enough for the
+    convolutional torsos (the Nature CNN's strides need at least 36x36); small grids such
+    as MinAtar's ``[10, 10, 4]`` go to an MLP."""
+    return len(obs_shape) == 3 and min(obs_shape[1:]) >= 36
+
+
 def actor_critic_network(obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int], torso: str = "nature") -> nn.Module:
     """The policy network for an observation shape: a convolutional torso for image frame
-    stacks (``[k, H, W]``), an MLP for everything else."""
-    if len(obs_shape) == 3:
+    stacks (``[k, H, W]``), an MLP on the flattened observation for everything else."""
+    if is_frame_stack(obs_shape):
         return ConvActorCritic(num_actions, torso)
-    return MLPActorCritic(num_actions, tuple(hidden_sizes))
+    return MLPActorCritic(num_actions, tuple(hidden_sizes), max(1, len(obs_shape)))
 
 
 def q_network(obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int], torso: str = "nature", dueling: bool = True) -> nn.Module:
     """The Q-network for an observation shape, chosen as :func:`actor_critic_network` does."""
-    if len(obs_shape) == 3:
+    if is_frame_stack(obs_shape):
         return ConvQNetwork(num_actions, torso, dueling)
     return MLPQNetwork(num_actions, tuple(hidden_sizes), dueling)
