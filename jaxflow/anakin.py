@@ -322,6 +322,11 @@ class DeviceProgram:
             )
         try:
             jax.eval_shape(jax.vmap(self._run_one), state)
+        except ValueError as e:  # e.g. a minibatch larger than the batch
+            raise ConfigError(
+                f"{type(self.config).__name__}: {e}; in device mode a training batch is num_envs ({self.num_envs}) x "
+                f"rollout_fragment_length ({self.config.rollout_fragment_length}) env steps."
+            ) from e
         except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
                 jax.errors.TracerIntegerConversionError) as e:
             if not self.config.sweep:

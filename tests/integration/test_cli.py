@@ -28,7 +28,11 @@ def no_ray(monkeypatch):
         (["--algo", "ppo", "--set", "on_worker_failure=retry"], "must be one of 'raise', 'ignore', 'restart'"),
         (["--algo", "ppo", "--set", "minibatch_size=4096"], "minibatch_size (4096) must be <= train_batch_size (1024)"),
         (["--algo", "ppo", "--stop", "reward=1"], "--stop takes KEY=NUMBER with KEY one of"),
-        (["--algo", "ppo", "--mode", "device"], "--mode device"),
+        (["--algo", "ppo", "--mode", "device"], "PPOConfig.mode='device' is not possible: 'CartPole-v1' is not a JAX environment"),
+        (["--algo", "a3c", "--env", "gymnax/CartPole-v1", "--mode", "device"], "A3C has no device mode"),
+        (["--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
+        (["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"], "--sweep takes FIELD=V1,V2,... with numbers"),
+        (["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "num_epochs=1,2"], "'num_epochs' is not a float field"),
     ],
 )
 def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, message):

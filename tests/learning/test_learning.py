@@ -93,3 +93,14 @@ def test_impala_family_reaches_450_within_1m_steps(ray_local, name):
     feed = result["to_device"]  # train batches went to the device through ToDevice
     assert feed["transfers"] == feed["batches"] >= result["num_updates"] and feed["bytes"] > 0
     assert result["queues"]["learner_updates"] >= result["num_updates"]
+
+
+def test_ppo_in_device_mode_reaches_450_within_500k_steps():
+    """Rollout and update compiled together on gymnax's CartPole-v1 (the same PPO loss and
+    defaults as the Ray runs above; no Ray)."""
+    algo = Algorithm.build("PPO", env="gymnax/CartPole-v1", seed=0)
+    assert algo.mode == "device"
+    result = train(algo, {"episode_return_mean": 450.0, "env_steps_sampled": 500_000}, verbose=False)
+    assert result["episode_return_mean"] >= 450.0, result
+    assert result["env_steps_sampled"] <= 500_000 + algo.program.steps_per_iteration * algo.config.iterations_per_call
+    assert result["env_steps_trained"] == result["env_steps_sampled"]
