@@ -22,6 +22,7 @@ bench: $(BIN)/jaxflow
 	$(BIN)/python benchmarks/ppo_cartpole.py
 	$(BIN)/python benchmarks/replay.py
 	$(BIN)/python benchmarks/dqn_cartpole.py
+	$(BIN)/python benchmarks/device_mode.py
 
 clean:
 	rm -rf $(VENV) runs

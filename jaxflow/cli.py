@@ -133,9 +133,10 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _list() -> int:
     import envs
-    from jaxflow.algorithm import list_algorithms
+    from jaxflow.algorithm import device_algorithms, list_algorithms
 
     print("algorithms:", ", ".join(list_algorithms()))
+    print("with device mode (gymnax envs):", ", ".join(device_algorithms()))
     for kind in ("gymnasium", "gymnax"):
         ids = envs.list_envs(kind)
         print(f"{kind} environments ({len(ids)}):")

@@ -44,6 +44,7 @@ def test_list_names_algorithms_and_envs(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
     assert "algorithms: A2C, A3C, APEX, APPO, DQN, IMPALA, PPO" in out
+    assert "with device mode (gymnax envs): A2C, APPO, DQN, IMPALA, PPO" in out
     assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out
 
 

@@ -1,0 +1,173 @@
+"""Device mode (Anakin) against a hand-written fully-jitted PPO, on gymnax CartPole-v1.
+
+For each environment count and seed, two runs take turns: jaxflow's PPO in device mode
+through the whole Python API (``Algorithm.build(...).train()``: the compiled call, host
+metrics, ``ReportMetrics``) and ``reference_ppo.py``, the same math written by hand in one
+jitted function. Each run trains until ``episode_return_mean >= --target`` and at least
+``--min-calls`` compiled calls, or ``--max-steps`` env steps. Reported per setting, medians
+over seeds: env steps/s after the first (compiling) call, the seconds and env steps to the
+target after that call, and jaxflow / reference ratios measured in the same run. Then
+MinAtar Breakout's env steps/s in device mode.
+
+The target criteria differ slightly, in the reference's favour: jaxflow's
+``episode_return_mean`` is the mean of the last 100 episodes; the reference's is the mean of
+the episodes that ended in the last call.
+
+    .venv/bin/python benchmarks/device_mode.py            # 3 seeds x envs 8/32/128
+    .venv/bin/python benchmarks/device_mode.py --quick    # seed 0, 32 envs
+    .venv/bin/python benchmarks/device_mode.py --env-counts 2048 4096 --iterations-per-call 50   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import reference_ppo  # noqa: E402
+from common import fmt, logger, machine_info, median_of_measured, median_of_reached, ratio, write_report  # noqa: E402
+
+from jaxflow import Algorithm  # noqa: E402
+
+log = logger("device_mode")
+T = 32  # rollout_fragment_length, PPO's default and the reference's num_steps
+
+
+def timed_run(step: Callable[[], tuple[int, float]], target: float, max_steps: int, min_calls: int) -> dict[str, Any]:
+    """Calls ``step() -> (env steps so far, return)`` until the target is reached and
+    ``min_calls`` calls are done, or ``max_steps``; times everything after the first call."""
+    t0 = time.perf_counter()
+    steps, ret = step()
+    t1, steps_1 = time.perf_counter(), steps
+    calls, hit = 1, None
+    while steps < max_steps and (hit is None or calls < min_calls):
+        steps, ret = step()
+        calls += 1
+        if hit is None and ret >= target:
+            hit = (time.perf_counter() - t1, steps - steps_1)
+    t2 = time.perf_counter()
+    return {
+        "first_call_s": t1 - t0,
+        "env_steps_per_s": (steps - steps_1) / (t2 - t1),
+        "seconds_to_target": hit[0] if hit else None,
+        "env_steps_to_target": hit[1] + steps_1 if hit else None,
+        "final_return": ret if ret == ret else None,  # NaN until an episode ends
+        "calls": calls,
+    }
+
+
+def jaxflow_run(env_id: str, num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int) -> dict[str, Any]:
+    algo = Algorithm.build("PPO", env=env_id, num_envs=num_envs, seed=seed, iterations_per_call=k,
+                           minibatch_size=min(256, num_envs * T))
+
+    def step() -> tuple[int, float]:
+        r = algo.train()
+        return r["env_steps_sampled"], r["episode_return_mean"]
+
+    try:
+        return timed_run(step, target, max_steps, min_calls)
+    finally:
+        algo.stop()
+
+
+def reference_run(num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int) -> dict[str, Any]:
+    init_fn, train_fn = reference_ppo.make_train(num_envs, T, k, seed)
+    box = {"state": init_fn(), "steps": 0}
+
+    def step() -> tuple[int, float]:
+        box["state"], metrics = train_fn(box["state"])
+        metrics = jax.device_get(metrics)
+        box["steps"] += num_envs * T * k
+        episodes = metrics["episodes"].sum()
+        return box["steps"], float(metrics["returns_sum"].sum() / episodes) if episodes else float("nan")
+
+    return timed_run(step, target, max_steps, min_calls)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in runs),
+        "seconds_to_target": median_of_reached([r["seconds_to_target"] for r in runs]),
+        "env_steps_to_target": median_of_reached([r["env_steps_to_target"] for r in runs]),
+        "first_call_s": statistics.median(r["first_call_s"] for r in runs),
+        "reached": sum(r["seconds_to_target"] is not None for r in runs),
+        "runs": runs,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env-counts", type=int, nargs="+", default=[8, 32, 128])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--iterations-per-call", type=int, default=10)
+    p.add_argument("--target", type=float, default=450.0)
+    p.add_argument("--max-steps", type=int, default=500_000)
+    p.add_argument("--min-calls", type=int, default=12, help="calls per run at least, so steps/s has enough samples")
+    p.add_argument("--minatar-envs", type=int, default=64)
+    p.add_argument("--minatar-calls", type=int, default=8)
+    p.add_argument("--quick", action="store_true", help="seed 0, 32 envs, fewer MinAtar calls")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    args = p.parse_args()
+    if args.quick:
+        args.seeds, args.env_counts, args.minatar_calls = [0], [32], 4
+    k = args.iterations_per_call
+
+    rows = []
+    for n in args.env_counts:
+        ours, ref = [], []
+        for seed in args.seeds:
+            # Alternate which goes first, so drifting machine load favours neither.
+            order = [("ours", ours), ("ref", ref)] if seed % 2 == 0 else [("ref", ref), ("ours", ours)]
+            for which, runs in order:
+                if which == "ours":
+                    runs.append(jaxflow_run("gymnax/CartPole-v1", n, seed, k, args.target, args.max_steps, args.min_calls))
+                else:
+                    runs.append(reference_run(n, seed, k, args.target, args.max_steps, args.min_calls))
+                log(f"{which:4s} envs {n:5d} seed {seed}: {runs[-1]['env_steps_per_s']:,.0f} steps/s, "
+                    f"target after {fmt(runs[-1]['seconds_to_target'], '.2f')} s / {runs[-1]['env_steps_to_target']} steps")
+        rows.append({"num_envs": n, "jaxflow": summarize(ours), "reference": summarize(ref)})
+
+    minatar = []
+    for seed in args.seeds:
+        run = jaxflow_run("gymnax/Breakout-MinAtar", args.minatar_envs, seed, k, float("inf"),
+                          args.minatar_calls * args.minatar_envs * T * k, args.minatar_calls)
+        minatar.append(run)
+        log(f"MinAtar Breakout envs {args.minatar_envs} seed {seed}: {run['env_steps_per_s']:,.0f} steps/s")
+
+    lines = [
+        "# Device mode: PPO on gymnax CartPole-v1, jaxflow vs a hand-written jitted PPO",
+        "",
+        f"{k} iterations per compiled call, {T} steps per iteration, target {args.target:g}, "
+        f"medians over seeds {args.seeds}; times exclude the first (compiling) call.",
+        "",
+        "| envs | jaxflow steps/s | reference steps/s | ratio | jaxflow s to target | reference s | ratio "
+        "| jaxflow steps to target | reference steps | reached (j/r) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        j, r = row["jaxflow"], row["reference"]
+        lines.append(
+            f"| {row['num_envs']} | {j['env_steps_per_s']:,.0f} | {r['env_steps_per_s']:,.0f} "
+            f"| {fmt(ratio(j['env_steps_per_s'], r['env_steps_per_s']), '.2f')} "
+            f"| {fmt(j['seconds_to_target'], '.2f')} | {fmt(r['seconds_to_target'], '.2f')} "
+            f"| {fmt(ratio(j['seconds_to_target'], r['seconds_to_target']), '.2f')} "
+            f"| {fmt(j['env_steps_to_target'], ',.0f')} | {fmt(r['env_steps_to_target'], ',.0f')} "
+            f"| {j['reached']}/{r['reached']} of {len(args.seeds)} |"
+        )
+    minatar_rate = median_of_measured([m["env_steps_per_s"] for m in minatar])
+    lines += ["", f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
+              f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds)."]
+    report = {"machine": machine_info(runtime=True), "args": vars(args), "cartpole": rows,
+              "minatar_breakout": {"num_envs": args.minatar_envs, "env_steps_per_s": minatar_rate, "runs": minatar}}
+    write_report(args.out, "device_mode", report, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
