@@ -21,16 +21,15 @@ from typing import Any, Callable
 import gymnasium
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import envs
 from jaxflow import checkpoint
-from jaxflow.anakin import DeviceProgram, DeviceSpec, OnDevice
+from jaxflow.anakin import DeviceProgram, DeviceSpec
 from jaxflow.config import ConfigError, from_json_dict, to_json_dict
+from jaxflow.evaluation import evaluate_policy
 from jaxflow.learner import Learner, make_optimizer
 from jaxflow.metrics import Context
-from jaxflow.operators import ReportMetrics
-from jaxflow.networks import actor_critic_network, greedy_action
+from jaxflow.networks import actor_critic_network
 from jaxflow.replay_shards import ReplayShards
 from jaxflow.workers import WorkerSet, WorkerSpec, example_train_batch
 
@@ -53,7 +52,13 @@ class AlgorithmSpec:
     argument and which are checkpointed with the learner;
     ``explore`` and ``encode`` go to the rollout workers (see :class:`WorkerSpec`);
     ``device`` lets the algorithm train on the device with a JAX environment (see
-    :class:`~jaxflow.anakin.DeviceSpec`).
+    :class:`~jaxflow.anakin.DeviceSpec`); ``program(config, spec, mode)`` builds the whole
+    run instead of workers + learner + plan, for an algorithm whose loop is not "sample,
+    then update" (MAML's inner and outer loops): an object like
+    :class:`~jaxflow.anakin.DeviceProgram` with ``network``, ``results()``, ``get_state()``,
+    ``set_state()``, ``evaluate(episodes, seed)`` and ``stop()``; ``flow(experiences,
+    policy)`` trains one policy of a multi-agent run from a stream of its own fragments
+    (see :mod:`jaxflow.multiagent`): its sub-flows, each with its outputs per round of sampling.
     """
 
     name: str
@@ -74,6 +79,8 @@ class AlgorithmSpec:
     explore: Callable[..., Any] | None = None
     encode: Callable[..., Any] | None = None
     device: DeviceSpec | None = None
+    program: Callable[[Any, "AlgorithmSpec", str], Any] | None = None
+    flow: Callable[..., list[tuple[Any, Any]]] | None = None
 
 
 _ALGORITHMS: dict[str, AlgorithmSpec] = {}
@@ -116,19 +123,27 @@ def _spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
     env = envs.make_cpu(config.env, **config.env_config)
     spaces = env.observation_space, env.action_space
     env.close()
-    if not isinstance(spaces[1], gymnasium.spaces.Discrete):
+    return check_spaces(config.env, *spaces)
+
+
+def check_spaces(env_id: str, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The spaces, if the policies here support them: Box observations, Discrete actions."""
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
         raise ConfigError(
-            f"Environment {config.env!r} has action space {spaces[1]}; the policies here "
+            f"Environment {env_id!r} has action space {action_space}; the policies here "
             "support Discrete action spaces only."
         )
-    if not isinstance(spaces[0], gymnasium.spaces.Box):
-        raise ConfigError(f"Environment {config.env!r} has observation space {spaces[0]}; a Box space is needed.")
-    return spaces
+    if not isinstance(obs_space, gymnasium.spaces.Box):
+        raise ConfigError(f"Environment {env_id!r} has observation space {obs_space}; a Box space is needed.")
+    return obs_space, action_space
 
 
 def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
     """``"ray"`` or ``"device"`` for ``config.mode``; "auto" is device mode for a gymnax env
-    when the algorithm has one. Raises :class:`ConfigError` for a mode that cannot run."""
+    when the algorithm has one (an algorithm with its own ``program`` decides for itself what
+    "auto" means). Raises :class:`ConfigError` for a mode that cannot run."""
+    if spec.program is not None:
+        return config.mode
     gymnax_env = envs.entry(config.env).kind == "gymnax"
     can_device = gymnax_env and spec.device is not None
     name = type(config).__name__
@@ -151,9 +166,10 @@ def device_algorithms() -> list[str]:
     return sorted(spec.name for spec in _ALGORITHMS.values() if spec.device is not None)
 
 
-def build_learner(config: Any, spec: AlgorithmSpec) -> tuple[Any, Learner]:
-    """The network and a freshly initialised learner for ``config`` (no Ray needed)."""
-    obs_space, action_space = _spaces(config)
+def build_learner(config: Any, spec: AlgorithmSpec, spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None) -> tuple[Any, Learner]:
+    """The network and a freshly initialised learner for ``config`` (no Ray needed), for the
+    spaces of ``config.env`` or the given ``(observation, action)`` spaces."""
+    obs_space, action_space = spaces or _spaces(config)
     network = spec.network(config, obs_space.shape, int(action_space.n))
     params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
     num_epochs, minibatch_size = spec.sgd(config)
@@ -192,11 +208,12 @@ class Algorithm:
         self.config = config
         self.mode = resolve_mode(config, self.spec)
         self.replay: ReplayShards | None = None
-        if self.mode == "device":
-            self.program: DeviceProgram | None = DeviceProgram(config, self.spec)
+        if self.spec.program is not None or self.mode == "device":
+            build = self.spec.program or (lambda config, spec, mode: DeviceProgram(config, spec))
+            self.program: Any = build(config, self.spec, self.mode)
             self.network, self.learner, self.workers = self.program.network, None, None
-            # (1) iterations_per_call rollouts + updates per compiled call, (2) one result per iteration
-            self._results = ReportMetrics(OnDevice(self.program), None, config.min_env_steps_per_iteration)
+            self.replay = getattr(self.program, "replay", None)
+            self._results = self.program.results()
             self.last_result: dict[str, Any] | None = None
             return
         self.program = None
@@ -289,14 +306,16 @@ class Algorithm:
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
         """Runs the greedy policy for ``episodes`` episodes in the driver (in device mode, the
         policy of agent ``member``)."""
-        weights = self.program.get_weights(member) if self.program is not None else self.learner.get_weights()
-        return evaluate_policy(self.config, self.network, weights, episodes, seed)
+        if self.program is not None:
+            return self.program.evaluate(episodes, seed, member)
+        return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
 
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits
         for the threads to end."""
         self._results.stop()
         if self.program is not None:
+            self.program.stop()
             return
         self.learner.stop()
         self.workers.stop()
@@ -325,23 +344,3 @@ def load_policy(path: str) -> tuple[Any, Any, Any]:
     network, learner = build_learner(config, spec)
     state = checkpoint.restore_state(ckpt, learner.get_state())
     return config, network, jax.device_get(state.params)
-
-
-def evaluate_policy(config: Any, network: Any, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
-    """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes."""
-    seed = config.seed + 7_777_777 if seed is None else seed
-    env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
-    act = jax.jit(functools.partial(greedy_action, network.apply))
-    returns, lengths = [], []
-    for e in range(episodes):
-        obs, _ = env.reset(seed=seed + e)
-        done, total, n = False, 0.0, 0
-        while not done:
-            action = int(act(params, np.asarray(obs, np.float32)[None])[0])
-            obs, r, terminated, truncated, _ = env.step(action)
-            total, n, done = total + float(r), n + 1, terminated or truncated
-        returns.append(total)
-        lengths.append(n)
-    env.close()
-    r = np.asarray(returns)
-    return {"episodes": episodes, "return_mean": float(r.mean()), "return_std": float(r.std()), "returns": returns, "lengths": lengths}

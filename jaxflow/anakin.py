@@ -34,9 +34,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import envs
 from jaxflow import device_replay
 from jaxflow.config import ConfigError
+from jaxflow.evaluation import evaluate_policy
 from jaxflow.iterators import LocalIterator, from_iterator
 from jaxflow.learner import TrainState, copy_to_target, make_optimizer, sgd_step, sgd_update
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
+from jaxflow.operators import ReportMetrics
 from jaxflow.workers import flatten_time_major
 
 Array = jax.Array
@@ -395,6 +397,18 @@ class DeviceProgram:
             return state, dict(metrics, episode_returns=returns, episode_lengths=lengths, trained=trained)
 
         return jax.lax.scan(iteration, state, None, length=self.config.iterations_per_call)
+
+    def results(self) -> LocalIterator[dict[str, Any]]:
+        """The run's results: (1) ``iterations_per_call`` rollouts + updates per compiled call,
+        (2) one result per training iteration."""
+        return ReportMetrics(OnDevice(self), None, self.config.min_env_steps_per_iteration)
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
+        """Member ``member``'s greedy policy for ``episodes`` episodes (stepped on the host)."""
+        return evaluate_policy(self.config, self.network, self.get_weights(member), episodes, seed)
+
+    def stop(self) -> None:
+        """Nothing runs between calls: no threads or actors to stop."""
 
     def call(self) -> dict[str, np.ndarray]:
         """Runs ``iterations_per_call`` iterations of every member; returns their metrics

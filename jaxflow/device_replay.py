@@ -12,7 +12,7 @@ does on the host. Everything is traceable, so the buffer can be carried through
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
 
 import chex
 import jax
