@@ -6,6 +6,7 @@ from algorithms.apex import APEX, ApexConfig
 from algorithms.appo import APPO, APPOConfig
 from algorithms.dqn import DQN, DQNConfig
 from algorithms.impala import IMPALA, IMPALAConfig
+from algorithms.multiagent import MULTIAGENT
 from algorithms.ppo import PPO, PPOConfig
 
-__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "PPO", "PPOConfig"]
+__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "MULTIAGENT", "PPO", "PPOConfig"]

@@ -26,6 +26,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.multiagent import on_policy_flow
 from jaxflow.operators import bulk_sync_env_steps
 
 Array = jax.Array
@@ -89,15 +90,20 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
     return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy}
 
 
+def train_flow(rollouts, learner, workers, config: A2CConfig):
+    """A2C's sub-flow from a stream of on-policy fragments (all of a run's, or one policy's)."""
+    # (1) join fragments into a train batch; (2) one gradient step, then every worker gets the new weights
+    batches = rollouts.combine(ConcatBatches(config.train_batch_size))
+    return batches.for_each(TrainOneStep(learner)).for_each(BroadcastWeights(learner, workers))
+
+
 def plan(workers, learner, config: A2CConfig):
-    # (1) all workers sample in lockstep with the current weights; join fragments into a train batch
-    batches = ParallelRollouts(workers, mode="bulk_sync").combine(ConcatBatches(config.train_batch_size))
-    # (2) one synchronous gradient step, then every worker gets the new weights
-    train = batches.for_each(TrainOneStep(learner)).for_each(BroadcastWeights(learner, workers))
+    # all workers sample in lockstep with the current weights, into A2C's sub-flow
+    train = train_flow(ParallelRollouts(workers, mode="bulk_sync"), learner, workers, config)
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 
 A2C = register_algorithm(
     AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess, train_batch_env_steps=bulk_sync_env_steps,
-                  device=DeviceSpec())
+                  device=DeviceSpec(), flow=on_policy_flow(train_flow))
 )

@@ -7,6 +7,7 @@ al., 2016) in replay shards.
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 from typing import Any, Mapping
 
 import chex
@@ -18,6 +19,7 @@ import rlax
 
 from jaxflow import (
     AlgorithmSpec,
+    BroadcastWeights,
     CommonConfig,
     Concurrently,
     DeviceReplay,
@@ -34,6 +36,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.multiagent import CountPolicyUpdates
 from jaxflow.networks import q_network
 from jaxflow.replay import ReplayRows
 from jaxflow.transitions import encode_fragment
@@ -266,21 +269,38 @@ def sgd_steps_per_fragment(config: DQNConfig) -> int:
     return max(1, round(fragment * config.samples_per_insert / config.train_batch_size))
 
 
+def store_flow(rollouts, replay: ReplayShards, config: DQNConfig):
+    """Fragments (n-step targets, priorities and rows made on the workers) into the replay."""
+    return rollouts.for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
+
+
+def train_flow(learner, replay: ReplayShards, config: DQNConfig, batches_per_output: int = 1):
+    """Replayed batches, split into SGD steps; TD errors become priorities; the target lags."""
+    batch = batches_per_output * sgd_steps_per_fragment(config) * config.train_batch_size
+    return (ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0)
+            .for_each(TrainOneStep(learner))
+            .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
+            .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
+
+
 def plan(workers, learner, config: DQNConfig, replay: ReplayShards):
-    # (1) workers sample fragments (n-step targets, priorities and rows made there; one more fragment
-    #     in flight while the driver trains) into the replay, and get fresh weights every few fragments
-    store = (ParallelRollouts(workers, mode="async", num_async=2)
-             .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
+    # (1) workers sample asynchronously (one more fragment in flight while the driver trains) into
+    #     the replay, and get fresh weights every few fragments
+    store = (store_flow(ParallelRollouts(workers, mode="async", num_async=2), replay, config)
              .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
-    # (2) one replayed batch per fragment, split into SGD steps; TD errors become priorities; the target lags
-    batch = sgd_steps_per_fragment(config) * config.train_batch_size
-    train = (ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0)
-             .for_each(TrainOneStep(learner))
-             .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
-             .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
-    # (3) alternate the two: store a fragment, replay once (a no-op until learning_starts)
-    return ReportMetrics(Concurrently([store, train], mode="round_robin", output_indexes=[1]), workers,
-                         config.min_env_steps_per_iteration)
+    # (2) alternate storing a fragment and one replayed batch (a no-op until learning_starts)
+    return ReportMetrics(Concurrently([store, train_flow(learner, replay, config)], mode="round_robin", output_indexes=[1]),
+                         workers, config.min_env_steps_per_iteration)
+
+
+def multiagent_flow(experiences, policy):
+    """A DQN policy of a multi-agent run: each round's fragments are stored, then replayed at
+    the configured ratio; the workers, sampling in lockstep, get its weights after each update."""
+    fragments = policy.steps_per_round // (policy.config.num_envs_per_worker * policy.config.rollout_fragment_length)
+    train = (train_flow(policy.learner, policy.replay, policy.config, fragments)
+             .for_each(BroadcastWeights(policy.learner, policy.workers))
+             .for_each(CountPolicyUpdates(policy.id, policy.learner)))
+    return [(store_flow(experiences, policy.replay, policy.config), Fraction(1)), (train, Fraction(1))]
 
 
 DQN = register_algorithm(
@@ -290,5 +310,6 @@ DQN = register_algorithm(
         network=lambda c, obs_shape, num_actions: q_network(obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling),
         target_network=True, replay=make_replay, explore=explore, encode=encode,
         device=DeviceSpec(act=explore_on_device, prepare=transitions, replay=replay_on_device),
+        flow=multiagent_flow,
     )
 )

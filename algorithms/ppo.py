@@ -29,6 +29,7 @@ from jaxflow import (
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.anakin import flat_batch
+from jaxflow.multiagent import on_policy_flow
 from jaxflow.operators import bulk_sync_env_steps, standardize_fields
 
 Array = jax.Array
@@ -92,14 +93,19 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
     }
 
 
-def plan(workers, learner, config: PPOConfig):
-    # (1) all workers sample in lockstep; join fragments into a train batch, standardize advantages
-    batches = (ParallelRollouts(workers, mode="bulk_sync")
-               .combine(ConcatBatches(config.train_batch_size))
-               .for_each(StandardizeFields(["advantages"])))
+def train_flow(rollouts, learner, workers, config: PPOConfig):
+    """PPO's sub-flow from a stream of on-policy fragments (all of a run's, or one policy's)."""
+    # (1) join fragments into a train batch, standardize advantages
+    batches = rollouts.combine(ConcatBatches(config.train_batch_size)).for_each(StandardizeFields(["advantages"]))
     # (2) minibatch SGD epochs on the learner's devices, then every worker gets the new weights
-    train = batches.for_each(TrainOneStep(learner)).for_each(BroadcastWeights(learner, workers))
+    return batches.for_each(TrainOneStep(learner)).for_each(BroadcastWeights(learner, workers))
+
+
+def plan(workers, learner, config: PPOConfig):
+    # all workers sample in lockstep, into PPO's sub-flow
+    train = train_flow(ParallelRollouts(workers, mode="bulk_sync"), learner, workers, config)
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
+
 
 
 def device_batch(traj: Mapping[str, Array], config: PPOConfig) -> dict[str, Array]:
@@ -109,5 +115,6 @@ def device_batch(traj: Mapping[str, Array], config: PPOConfig) -> dict[str, Arra
 
 PPO = register_algorithm(
     AlgorithmSpec("PPO", PPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_size),
-                  train_batch_env_steps=bulk_sync_env_steps, device=DeviceSpec(prepare=device_batch))
+                  train_batch_env_steps=bulk_sync_env_steps, device=DeviceSpec(prepare=device_batch),
+                  flow=on_policy_flow(train_flow))
 )

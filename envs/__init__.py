@@ -1,4 +1,5 @@
-"""Environments for jaxflow: one registry over gymnasium (CPU) and gymnax (JAX) ids.
+"""Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
+multi-agent (PettingZoo Parallel API) ids.
 
 Imports nothing from jaxflow or algorithms.
 """
@@ -6,15 +7,25 @@ Imports nothing from jaxflow or algorithms.
 from envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from envs import faulty as _faulty  # registers the misbehaving test envs
 from envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from envs.multiagent import (  # also registers the multiagent/<Game>-v0 ids
+    CoordinationGame,
+    MultiAgentEnvError,
+    MultiAgentStep,
+    MultiAgentVectorEnv,
+    RockPaperScissors,
+)
 from envs.registry import (
     GYMNAX_PREFIX,
     EnvContext,
+    EnvKindError,
     UnknownEnvError,
     entry,
     list_envs,
     make,
     make_cpu,
+    make_multiagent,
     register,
+    register_multiagent,
 )
 from envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
@@ -24,9 +35,15 @@ __all__ = [
     "ALEVectorEnv",
     "AtariConfig",
     "AtariConfigError",
+    "CoordinationGame",
     "GYMNAX_PREFIX",
     "EnvContext",
+    "EnvKindError",
     "EnvSpaceError",
+    "MultiAgentEnvError",
+    "MultiAgentStep",
+    "MultiAgentVectorEnv",
+    "RockPaperScissors",
     "UnknownEnvError",
     "VectorEnv",
     "VectorStep",
@@ -36,5 +53,7 @@ __all__ = [
     "make",
     "make_atari",
     "make_cpu",
+    "make_multiagent",
     "register",
+    "register_multiagent",
 ]

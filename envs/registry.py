@@ -7,15 +7,22 @@ Ids come in two kinds:
 * ``"gymnax"`` -- environments written in JAX, named ``"gymnax/<id>"`` (e.g.
   ``"gymnax/CartPole-v1"``). ``make`` returns ``(env, env_params)`` for them;
   ``make_cpu`` wraps them as a gymnasium env so Ray rollout workers can run them too.
+
+A third kind, ``"multiagent"``, holds environments following PettingZoo's Parallel API
+(``pettingzoo.ParallelEnv``), created with ``make_multiagent`` and stepped by
+``envs.multiagent.MultiAgentVectorEnv``; ``register_multiagent`` adds your own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Callable, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple
 
 import gymnasium
+
+if TYPE_CHECKING:
+    from pettingzoo import ParallelEnv
 
 GYMNAX_PREFIX = "gymnax/"
 
@@ -37,20 +44,30 @@ class UnknownEnvError(KeyError):
         return str(self.args[0])
 
 
+class EnvKindError(ValueError):
+    """A known id passed to the constructor of another kind, e.g. a multi-agent id to ``make``."""
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvEntry:
     id: str
-    kind: Literal["gymnasium", "gymnax"]
+    kind: Literal["gymnasium", "gymnax", "multiagent"]
     factory: Callable[..., Any]
     description: str = ""
 
 
 _EXTRA: dict[str, EnvEntry] = {}
+_MULTIAGENT: dict[str, EnvEntry] = {}
 
 
 def register(env_id: str, factory: Callable[..., gymnasium.Env], description: str = "") -> None:
     """Registers a CPU environment: ``factory(context: EnvContext, **kwargs) -> gymnasium.Env``."""
     _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", factory, description)
+
+
+def register_multiagent(env_id: str, factory: Callable[..., ParallelEnv], description: str = "") -> None:
+    """Registers a multi-agent environment: ``factory(context: EnvContext, **kwargs) -> pettingzoo.ParallelEnv``."""
+    _MULTIAGENT[env_id] = EnvEntry(env_id, "multiagent", factory, description)
 
 
 def _gymnax_ids() -> list[str]:
@@ -60,12 +77,14 @@ def _gymnax_ids() -> list[str]:
 
 
 def list_envs(kind: str | None = None) -> list[str]:
-    """All known ids, sorted; ``kind`` filters to "gymnasium" or "gymnax"."""
+    """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax" or "multiagent"."""
     ids: list[str] = []
     if kind in (None, "gymnasium"):
         ids += list(gymnasium.registry.keys()) + list(_EXTRA)
     if kind in (None, "gymnax"):
         ids += _gymnax_ids()
+    if kind in (None, "multiagent"):
+        ids += list(_MULTIAGENT)
     return sorted(set(ids))
 
 
@@ -73,6 +92,8 @@ def entry(env_id: str) -> EnvEntry:
     """The registry entry of ``env_id``; an unknown id raises with suggestions."""
     if env_id in _EXTRA:
         return _EXTRA[env_id]
+    if env_id in _MULTIAGENT:
+        return _MULTIAGENT[env_id]
     if env_id.startswith(GYMNAX_PREFIX) and env_id in _gymnax_ids():
         return EnvEntry(env_id, "gymnax", _make_gymnax)
     if env_id in gymnasium.registry:
@@ -90,6 +111,7 @@ def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
     Returns a ``gymnasium.Env`` for CPU ids and ``(env, env_params)`` for gymnax ids.
     """
     e = entry(env_id)
+    _refuse_multiagent(e)
     if e.kind == "gymnax":
         return _make_gymnax(env_id, **kwargs)
     return e.factory(context or EnvContext(), **kwargs)
@@ -98,12 +120,33 @@ def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
 def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> gymnasium.Env:
     """A gymnasium env for any id: gymnax envs are wrapped to step on the CPU."""
     e = entry(env_id)
+    _refuse_multiagent(e)
     if e.kind == "gymnax":
         from envs.gymnax_cpu import GymnaxCPUEnv
 
         env, params = _make_gymnax(env_id, **kwargs)
         return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
     return e.factory(context or EnvContext(), **kwargs)
+
+
+def make_multiagent(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> ParallelEnv:
+    """Creates a multi-agent environment (a ``pettingzoo.ParallelEnv``)."""
+    e = entry(env_id)
+    if e.kind != "multiagent":
+        raise EnvKindError(
+            f"Environment {env_id!r} is a single-agent {e.kind} environment; create it with "
+            f"envs.make or envs.make_cpu."
+        )
+    return e.factory(context or EnvContext(), **kwargs)
+
+
+def _refuse_multiagent(e: EnvEntry) -> None:
+    if e.kind == "multiagent":
+        raise EnvKindError(
+            f"Environment {e.id!r} is a multi-agent (PettingZoo Parallel API) environment: create it "
+            f"with envs.make_multiagent, step it with envs.MultiAgentVectorEnv, and train on it with "
+            f"a multi-agent config; single-agent algorithms cannot run it."
+        )
 
 
 def _gymnasium_factory(env_id: str) -> Callable[..., gymnasium.Env]:

@@ -20,6 +20,14 @@ from jaxflow.iterators import (
 )
 from jaxflow.learner import Learner, LearnerThread, LearnerThreadError, TrainState, make_optimizer
 from jaxflow.metrics import Context
+from jaxflow.multiagent import (
+    MultiAgentBatch,
+    MultiAgentConfig,
+    MultiAgentRolloutWorker,
+    PolicyWorkers,
+    SelectExperiences,
+    load_multiagent_config,
+)
 from jaxflow.networks import MLPActorCritic, MLPQNetwork
 from jaxflow.operators import (
     ApplyGradients,
@@ -71,11 +79,15 @@ __all__ = [
     "LocalIterator",
     "MLPActorCritic",
     "MLPQNetwork",
+    "MultiAgentBatch",
+    "MultiAgentConfig",
+    "MultiAgentRolloutWorker",
     "OnDevice",
     "Operator",
     "ParallelIterator",
     "ParallelReplay",
     "ParallelRollouts",
+    "PolicyWorkers",
     "PrioritizedReplayBuffer",
     "ReplayBatch",
     "ReplayRows",
@@ -84,6 +96,7 @@ __all__ = [
     "ReportMetrics",
     "RolloutWorker",
     "SampleBatch",
+    "SelectExperiences",
     "StandardizeFields",
     "StoreToReplay",
     "SumTree",
@@ -104,6 +117,7 @@ __all__ = [
     "from_iterator",
     "get_algorithm",
     "list_algorithms",
+    "load_multiagent_config",
     "make_optimizer",
     "register_algorithm",
     "train",

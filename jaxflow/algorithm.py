@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import envs
 from jaxflow import checkpoint
 from jaxflow.anakin import DeviceProgram, DeviceSpec
-from jaxflow.config import ConfigError, from_json_dict, to_json_dict
+from jaxflow.config import CommonConfig, ConfigError, from_json_dict, to_json_dict
 from jaxflow.evaluation import evaluate_policy
 from jaxflow.learner import Learner, make_optimizer
 from jaxflow.metrics import Context
@@ -96,8 +96,9 @@ def _load_builtin() -> None:
 
 
 def list_algorithms() -> list[str]:
+    """Names for ``--algo`` (a multi-agent run names its policies' algorithms in its config)."""
     _load_builtin()
-    return sorted(spec.name for spec in _ALGORITHMS.values())
+    return sorted(spec.name for spec in _ALGORITHMS.values() if issubclass(spec.config_cls, CommonConfig))
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:
@@ -144,7 +145,11 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
     "auto" means). Raises :class:`ConfigError` for a mode that cannot run."""
     if spec.program is not None:
         return config.mode
-    gymnax_env = envs.entry(config.env).kind == "gymnax"
+    kind = envs.entry(config.env).kind
+    if kind == "multiagent":
+        raise ConfigError(f"{type(config).__name__}.env {config.env!r} is a multi-agent environment: train it with a "
+                          "multi-agent config (jaxflow train --multiagent FILE), which maps its agents to policies.")
+    gymnax_env = kind == "gymnax"
     can_device = gymnax_env and spec.device is not None
     name = type(config).__name__
     if config.mode == "device" and not can_device:

@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--num-seeds", type=int, help="device mode: train this many seeds at once (vmapped)")
     t.add_argument("--sweep", metavar="FIELD=V1,V2,...",
                    help="device mode: train one agent per value of a numeric config field, all at once")
+    t.add_argument("--multiagent", metavar="FILE",
+                   help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON")
     t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
     t.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -74,6 +76,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
 def _train(args: argparse.Namespace) -> int:
     from jaxflow import checkpoint
     from jaxflow.algorithm import Algorithm, get_algorithm, init_ray, resolve_mode
+    from jaxflow.multiagent import load_multiagent_config
     from jaxflow.run import parse_stop, train
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
@@ -91,10 +94,14 @@ def _train(args: argparse.Namespace) -> int:
             init_ray(args.address)
         algo = Algorithm.restore(logdir, **overrides)
     else:
-        if not args.algo:
-            raise ConfigError("train needs --algo NAME (or --resume LOGDIR).")
-        spec = get_algorithm(args.algo)
-        config = with_overrides(spec.config_cls(), _overrides(args))  # validates before any actor starts
+        if args.multiagent:
+            spec = get_algorithm("MULTIAGENT")
+            config = with_overrides(load_multiagent_config(args.multiagent), _overrides(args))
+        elif args.algo:
+            spec = get_algorithm(args.algo)
+            config = with_overrides(spec.config_cls(), _overrides(args))  # validates before any actor starts
+        else:
+            raise ConfigError("train needs --algo NAME, --multiagent FILE or --resume LOGDIR.")
         mode = resolve_mode(config, spec)
         logdir = args.logdir or os.path.join("runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}")
         print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
@@ -134,10 +141,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _list() -> int:
     import envs
     from jaxflow.algorithm import device_algorithms, list_algorithms
+    from jaxflow.multiagent import multiagent_algorithms
 
     print("algorithms:", ", ".join(list_algorithms()))
     print("with device mode (gymnax envs):", ", ".join(device_algorithms()))
-    for kind in ("gymnasium", "gymnax"):
+    print("for policies of multi-agent runs (--multiagent FILE):", ", ".join(multiagent_algorithms()))
+    for kind in ("gymnasium", "gymnax", "multiagent"):
         ids = envs.list_envs(kind)
         print(f"{kind} environments ({len(ids)}):")
         print("  " + "\n  ".join(ids))

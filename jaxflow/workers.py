@@ -44,9 +44,12 @@ PER_ENV_FIELDS = ("last_obs", "bootstrap_value")
 
 
 def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
-    """Concatenates fragments of equal length T along the batch axis."""
+    """Concatenates fragments of equal length T along the batch axis (a multi-agent batch
+    joins policy by policy)."""
     if len(batches) == 1:
         return batches[0]
+    if not isinstance(batches[0], SampleBatch):
+        return type(batches[0]).concat(batches)
     if isinstance(batches[0].data, ReplayRows):
         data: Any = ReplayRows.concatenate([b.data for b in batches])
     else:
@@ -255,15 +258,19 @@ class WorkerSet:
     It is the :class:`~jaxflow.iterators.ActorSource` behind ``ParallelRollouts``.
     """
 
-    def __init__(self, spec: WorkerSpec, weights: Any, version: int = 0):
+    def __init__(self, spec: Any, weights: Any, version: Any = 0, worker_cls: type = None):
         cfg = spec.config
         self.spec, self.config = spec, cfg
+        self.worker_cls = worker_cls or RolloutWorker
+        # Multi-agent workers take each policy's weights on their own and keep the rest.
+        self._merge = getattr(self.worker_cls, "merge_weights", lambda old, new: new)
+        self._weights = self._version = None
         self.timeout_s = cfg.worker_timeout_s
         self.num_restarts = 0
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
         if cfg.num_workers == 0:
-            self._slots[0] = _InDriver(RolloutWorker(spec, 0, remote=False))
+            self._slots[0] = _InDriver(self.worker_cls(spec, 0, remote=False))
         else:
             # Ray would queue actors that cannot be placed forever; say so instead.
             need = cfg.num_workers * cfg.num_cpus_per_worker
@@ -274,7 +281,7 @@ class WorkerSet:
                     f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
                     "lower num_workers or num_cpus_per_worker, or stop the other run."
                 )
-            self._actor_cls = ray.remote(RolloutWorker).options(num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
+            self._actor_cls = ray.remote(self.worker_cls).options(num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
             for i in range(cfg.num_workers):
                 self._slots[i] = self._create(i)
             self._check_started(list(self._slots.items()))
@@ -313,7 +320,7 @@ class WorkerSet:
 
     def sync_weights(self, weights: Any, version: int) -> None:
         """Sends ``weights`` to every worker: one object-store put, read by all."""
-        self._weights, self._version = weights, version
+        self._weights, self._version = self._merge(self._weights, weights), self._merge(self._version, version)
         ref = ray.put(weights) if any(not isinstance(h, _InDriver) for h in self._slots.values()) else None
         for h in self._slots.values():
             if isinstance(h, _InDriver):
@@ -324,7 +331,7 @@ class WorkerSet:
     def set_weights_of(self, index: int, weights: Any, version: int) -> None:
         """Sends ``weights`` to worker ``index`` alone (A3C); they also become the
         weights a restarted worker starts from."""
-        self._weights, self._version = weights, version
+        self._weights, self._version = self._merge(self._weights, weights), self._merge(self._version, version)
         h = self._slots.get(index)
         if isinstance(h, _InDriver):
             h.worker.set_weights(weights, version)

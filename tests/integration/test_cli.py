@@ -45,6 +45,8 @@ def test_list_names_algorithms_and_envs(capsys):
     out = capsys.readouterr().out
     assert "algorithms: A2C, A3C, APEX, APPO, DQN, IMPALA, PPO" in out
     assert "with device mode (gymnax envs): A2C, APPO, DQN, IMPALA, PPO" in out
+    assert "for policies of multi-agent runs (--multiagent FILE): A2C, DQN, PPO" in out
+    assert "multiagent/Coordination-v0" in out
     assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out
 
 
