@@ -19,7 +19,7 @@ import numpy as np
 from pettingzoo import ParallelEnv
 
 from envs.registry import EnvContext, make_multiagent, register_multiagent
-from envs.vector import EnvSpaceError, obs_dtype
+from envs.vector import check_action, check_obs, obs_dtype
 
 AGENTS = ("agent_0", "agent_1")
 
@@ -348,32 +348,10 @@ class MultiAgentVectorEnv:
         return {a: np.stack([o[a] for o in obs]).astype(self._obs_dtypes[a], copy=False) for a in self.agents}
 
     def _check_obs(self, agent: str, obs: Any, where: str) -> None:
-        space = self.observation_spaces[agent]
-        shape = getattr(space, "shape", None)
-        if shape is not None and np.shape(obs) != shape:
-            raise EnvSpaceError(
-                f"Environment {self.env_id!r} returned an observation of shape {np.shape(obs)} for agent "
-                f"{agent!r} from {where}, but its observation_space is {space} (shape {shape})."
-            )
-        if not space.contains(np.asarray(obs, dtype=getattr(space, "dtype", None))):
-            raise EnvSpaceError(
-                f"Environment {self.env_id!r} returned an observation for agent {agent!r} outside its "
-                f"observation_space {space} from {where}: {obs!r}"
-            )
+        check_obs(self.env_id, self.observation_spaces[agent], obs, where, agent)
 
     def _check_action(self, agent: str, action: Any) -> None:
-        space = self.action_spaces[agent]
-        if isinstance(space, gymnasium.spaces.Discrete):
-            ok = np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer) and space.contains(
-                np.int64(action)
-            )
-        else:
-            ok = space.contains(np.asarray(action, dtype=space.dtype))
-        if not ok:
-            raise EnvSpaceError(
-                f"Action {action!r} of agent {agent!r} is outside the action space of environment "
-                f"{self.env_id!r}: expected an element of {space}."
-            )
+        check_action(self.env_id, self.action_spaces[agent], action, agent)
 
 
 def _ignoring_context(game: Callable[..., ParallelEnv]) -> Callable[..., ParallelEnv]:

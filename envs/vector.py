@@ -142,32 +142,42 @@ class VectorEnv:
             env.close()
 
     def _check_obs(self, obs: Any, where: str) -> None:
-        space = self.observation_space
-        shape = getattr(space, "shape", None)
-        if shape is not None and np.shape(obs) != shape:
-            raise EnvSpaceError(
-                f"Environment {self.env_id!r} returned an observation of shape {np.shape(obs)} "
-                f"from {where}, but its observation_space is {space} (shape {shape})."
-            )
-        if not space.contains(np.asarray(obs, dtype=getattr(space, "dtype", None))):
-            raise EnvSpaceError(
-                f"Environment {self.env_id!r} returned an observation outside its "
-                f"observation_space {space} from {where}: {obs!r}"
-            )
+        check_obs(self.env_id, self.observation_space, obs, where)
 
     def _check_action(self, action: Any) -> None:
-        space = self.action_space
-        if isinstance(space, gymnasium.spaces.Discrete):
-            ok = np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer) and space.contains(
-                np.int64(action)
-            )
-        else:
-            ok = space.contains(np.asarray(action, dtype=space.dtype))
-        if not ok:
-            raise EnvSpaceError(
-                f"Action {action!r} is outside the action space of environment {self.env_id!r}: "
-                f"expected an element of {space}."
-            )
+        check_action(self.env_id, self.action_space, action)
+
+
+def check_obs(env_id: str, space: gymnasium.Space, obs: Any, where: str, agent: str | None = None) -> None:
+    """Raises :class:`EnvSpaceError` naming the env (and agent) unless ``obs`` is in ``space``."""
+    of = "" if agent is None else f" for agent {agent!r}"
+    shape = getattr(space, "shape", None)
+    if shape is not None and np.shape(obs) != shape:
+        raise EnvSpaceError(
+            f"Environment {env_id!r} returned an observation of shape {np.shape(obs)}{of} "
+            f"from {where}, but its observation_space is {space} (shape {shape})."
+        )
+    if not space.contains(np.asarray(obs, dtype=getattr(space, "dtype", None))):
+        raise EnvSpaceError(
+            f"Environment {env_id!r} returned an observation{of} outside its "
+            f"observation_space {space} from {where}: {obs!r}"
+        )
+
+
+def check_action(env_id: str, space: gymnasium.Space, action: Any, agent: str | None = None) -> None:
+    """Raises :class:`EnvSpaceError` naming the env (and agent) unless ``action`` is in ``space``."""
+    if isinstance(space, gymnasium.spaces.Discrete):
+        ok = np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer) and space.contains(
+            np.int64(action)
+        )
+    else:
+        ok = space.contains(np.asarray(action, dtype=space.dtype))
+    if not ok:
+        of = "" if agent is None else f" of agent {agent!r}"
+        raise EnvSpaceError(
+            f"Action {action!r}{of} is outside the action space of environment {env_id!r}: "
+            f"expected an element of {space}."
+        )
 
 
 def obs_dtype(space: gymnasium.Space) -> np.dtype:

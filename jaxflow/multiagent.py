@@ -25,7 +25,7 @@ import numpy as np
 import envs
 from jaxflow.config import NON_NEGATIVE, POSITIVE, ConfigError, param, require, validate
 from jaxflow.iterators import Operator
-from jaxflow.metrics import NUM_UPDATES, Context, EpisodeWindow
+from jaxflow.metrics import Context, EpisodeWindow
 from jaxflow.networks import forward_packed, greedy_action
 from jaxflow.workers import RolloutWorker, SampleBatch, WorkerSet, WorkerSpec, concat_batches, sample_categorical
 
