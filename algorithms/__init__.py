@@ -6,6 +6,7 @@ from algorithms.apex import APEX, ApexConfig
 from algorithms.appo import APPO, APPOConfig
 from algorithms.dqn import DQN, DQNConfig
 from algorithms.impala import IMPALA, IMPALAConfig
+from algorithms.maml import MAML, MAMLConfig
 from algorithms.multiagent import MULTIAGENT
 from algorithms.ppo import PPO, PPOConfig
 

@@ -1,5 +1,5 @@
 """Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
-multi-agent (PettingZoo Parallel API) ids.
+multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
 
 Imports nothing from jaxflow or algorithms.
 """
@@ -27,6 +27,7 @@ from envs.registry import (
     register,
     register_multiagent,
 )
+from envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
 from envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
 del _faulty
@@ -44,16 +45,19 @@ __all__ = [
     "MultiAgentStep",
     "MultiAgentVectorEnv",
     "RockPaperScissors",
+    "TaskDistribution",
     "UnknownEnvError",
     "VectorEnv",
     "VectorStep",
     "atari",
     "entry",
     "list_envs",
+    "list_task_distributions",
     "make",
     "make_atari",
     "make_cpu",
     "make_multiagent",
+    "make_task_distribution",
     "register",
     "register_multiagent",
 ]

@@ -307,7 +307,7 @@ class DeviceProgram:
         carry = EnvCarry(env_state, obs, jnp.zeros(self.num_envs, jnp.float32), jnp.zeros(self.num_envs, jnp.int32))
         replay = None
         if self.device.replay is not None:
-            example = jax.eval_shape(self._transitions, params, carry, key)
+            example = jax.eval_shape(self._learner_batch, params, carry, key)
             replay = device_replay.init(
                 {k: jnp.zeros(v.shape[1:], v.dtype) for k, v in example.items() if k != "priorities"},
                 self.device.replay(self.config).capacity,
@@ -359,7 +359,7 @@ class DeviceProgram:
 
     # --- the compiled call -------------------------------------------------------------
 
-    def _transitions(self, params: Any, carry: EnvCarry, key: Array) -> dict[str, Array]:
+    def _learner_batch(self, params: Any, carry: EnvCarry, key: Array) -> dict[str, Array]:
         """The learner batch of one rollout from ``carry`` (traced for shapes only at init)."""
         cfg = self.config
         _, traj, _ = rollout(self.env, self.env_params, self.network.apply, self.device.act, cfg, params, carry, key,

@@ -130,8 +130,19 @@ def _describe(config: Any, mode: str) -> str:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from jaxflow.algorithm import evaluate_policy, load_policy
+    from jaxflow import checkpoint
+    from jaxflow.algorithm import Algorithm, evaluate_policy, get_algorithm, load_policy
 
+    ckpt = checkpoint.latest(args.checkpoint)
+    if ckpt is not None and get_algorithm(checkpoint.load_meta(ckpt)["algorithm"]).program is not None:
+        # A run with its own program (MAML, multi-agent) evaluates itself.
+        algo = Algorithm.restore(ckpt)
+        try:
+            out = algo.evaluate(episodes=args.episodes, seed=args.seed)
+        finally:
+            algo.stop()
+        print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
+        return 0
     config, network, params = load_policy(args.checkpoint)
     out = evaluate_policy(config, network, params, args.episodes, args.seed)
     print(f"{config.env}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}")
@@ -140,6 +151,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _list() -> int:
     import envs
+    from envs import list_task_distributions
     from jaxflow.algorithm import device_algorithms, list_algorithms
     from jaxflow.multiagent import multiagent_algorithms
 
@@ -150,6 +162,9 @@ def _list() -> int:
         ids = envs.list_envs(kind)
         print(f"{kind} environments ({len(ids)}):")
         print("  " + "\n  ".join(ids))
+    tasks = list_task_distributions()
+    print(f"task distributions for MAML ({len(tasks)}):")
+    print("  " + "\n  ".join(tasks))
     return 0
 
 

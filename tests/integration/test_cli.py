@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import jaxflow.algorithm
@@ -43,7 +45,7 @@ def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, messag
 def test_list_names_algorithms_and_envs(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "algorithms: A2C, A3C, APEX, APPO, DQN, IMPALA, PPO" in out
+    assert "algorithms: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
     assert "with device mode (gymnax envs): A2C, APPO, DQN, IMPALA, PPO" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DQN, PPO" in out
     assert "multiagent/Coordination-v0" in out
@@ -64,3 +66,15 @@ def test_evaluate_reports_greedy_returns(ray_local, tmp_path, capsys):
     # Same greedy policy, same seeds: the CLI and the Python API agree exactly.
     assert f"mean {in_process['return_mean']:.2f}" in out
     assert in_process["return_mean"] > 100
+
+
+def test_evaluate_adapts_a_maml_checkpoint_to_held_out_tasks(tmp_path, capsys):
+    algo = jaxflow.Algorithm.build("MAML", meta_batch_size=2, episodes_per_task=2, iterations_per_call=1)
+    algo.train()
+    algo.save(str(tmp_path))
+    algo.stop()
+    assert cli.main(["evaluate", "--checkpoint", str(tmp_path), "--episodes", "3", "--seed", "5"]) == 0
+    env, _, report = capsys.readouterr().out.strip().partition(": ")
+    out = json.loads(report)
+    assert env == "tasks/PointNavigation-v0" and out["tasks"] == 3 and out["episodes"] == 3 * 2
+    assert out["adaptation_gain"] == pytest.approx(out["post_adaptation_return"] - out["pre_adaptation_return"])
