@@ -10,4 +10,4 @@ from algorithms.maml import MAML, MAMLConfig
 from algorithms.multiagent import MULTIAGENT
 from algorithms.ppo import PPO, PPOConfig
 
-__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "MULTIAGENT", "PPO", "PPOConfig"]
+__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "MAML", "MAMLConfig", "MULTIAGENT", "PPO", "PPOConfig"]

@@ -10,7 +10,7 @@ import jaxflow.algorithm
 import numpy as np
 import pytest
 
-from jaxflow import Algorithm, ConfigError, MultiAgentConfig, cli
+from jaxflow import Algorithm, MultiAgentConfig, cli
 
 COORDINATION, RPS = "multiagent/Coordination-v0", "multiagent/RockPaperScissors-v0"
 
