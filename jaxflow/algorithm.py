@@ -171,6 +171,12 @@ def device_algorithms() -> list[str]:
     return sorted(spec.name for spec in _ALGORITHMS.values() if spec.device is not None)
 
 
+def multiagent_algorithms() -> list[str]:
+    """Names of the algorithms that can train a policy of a multi-agent run."""
+    _load_builtin()
+    return sorted(spec.name for spec in _ALGORITHMS.values() if spec.flow is not None)
+
+
 def build_learner(config: Any, spec: AlgorithmSpec, spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None) -> tuple[Any, Learner]:
     """The network and a freshly initialised learner for ``config`` (no Ray needed), for the
     spaces of ``config.env`` or the given ``(observation, action)`` spaces."""

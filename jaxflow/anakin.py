@@ -178,8 +178,13 @@ def rollout(env: Any, env_params: Any, apply_fn: Any, act: Callable[..., Any], c
     returns and lengths of the episodes that ended, ``[T, B]``, NaN and 0 elsewhere.
     """
     num_envs = carry.obs.shape[0]
+    # An episode lasts at most max_steps_in_episode steps, so in a fragment no longer than that an
+    # environment truncates at most once: remember where, and bootstrap them all with one forward
+    # pass after the scan. (A per-step lax.cond would run the pass on every step once vmapped.)
+    once = num_steps <= int(env_params.max_steps_in_episode)
 
-    def step(c: EnvCarry, inputs: tuple[Array, Array]):
+    def step(inner: tuple[EnvCarry, Array, Array], inputs: tuple[Array, Array]):
+        c, truncated_obs, truncated_at = inner
         t, key = inputs
         k_act, k_env = jax.random.split(key)
         logits, values = apply_fn(params, c.obs)
@@ -187,21 +192,31 @@ def rollout(env: Any, env_params: Any, apply_fn: Any, act: Callable[..., Any], c
         obs, env_state, reward, terminated, truncated, final_obs = step_envs(
             env, env_params, jax.random.split(k_env, num_envs), c.env_state, actions
         )
-        # Truncations are rare: skip the extra forward pass on steps without one.
-        bootstrap = jax.lax.cond(
-            truncated.any(),
-            lambda: jnp.where(truncated, config.gamma * apply_fn(params, final_obs)[1], 0.0),
-            lambda: jnp.zeros_like(reward),
-        )
+        if once:
+            bootstrap = jnp.zeros_like(reward)
+            truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_obs, truncated_obs)
+            truncated_at = jnp.where(truncated, t, truncated_at)
+        else:
+            bootstrap = jax.lax.cond(
+                truncated.any(),
+                lambda: jnp.where(truncated, config.gamma * apply_fn(params, final_obs)[1], 0.0),
+                lambda: jnp.zeros_like(reward),
+            )
         done = terminated | truncated
         episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
         out = dict(obs=c.obs, actions=actions, logp=logp, logits=logits, values=values, rewards=reward + bootstrap,
                    discounts=jnp.where(done, 0.0, config.gamma).astype(jnp.float32))
         ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
         c = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
-        return c, (out, ended)
+        return (c, truncated_obs, truncated_at), (out, ended)
 
-    carry, (traj, ended) = jax.lax.scan(step, carry, (jnp.arange(num_steps), jax.random.split(key, num_steps)))
+    inner = (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32))
+    (carry, truncated_obs, truncated_at), (traj, ended) = jax.lax.scan(
+        step, inner, (jnp.arange(num_steps), jax.random.split(key, num_steps))
+    )
+    if once:
+        bootstrap = jnp.where(truncated_at >= 0, config.gamma * apply_fn(params, truncated_obs)[1], 0.0)
+        traj["rewards"] = traj["rewards"].at[jnp.maximum(truncated_at, 0), jnp.arange(num_envs)].add(bootstrap)
     traj["bootstrap_value"] = apply_fn(params, carry.obs)[1]
     traj["last_obs"] = carry.obs
     return carry, traj, ended

@@ -152,8 +152,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 def _list() -> int:
     import envs
     from envs import list_task_distributions
-    from jaxflow.algorithm import device_algorithms, list_algorithms
-    from jaxflow.multiagent import multiagent_algorithms
+    from jaxflow.algorithm import device_algorithms, list_algorithms, multiagent_algorithms
 
     print("algorithms:", ", ".join(list_algorithms()))
     print("with device mode (gymnax envs):", ", ".join(device_algorithms()))

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 import envs
+from jaxflow.algorithm import build_learner, check_spaces, get_algorithm, init_ray, multiagent_algorithms
 from jaxflow.config import NON_NEGATIVE, POSITIVE, ConfigError, param, require, validate
 from jaxflow.iterators import Operator
 from jaxflow.metrics import Context, EpisodeWindow
@@ -92,8 +93,6 @@ class MultiAgentConfig:
         require(not idle, f"MultiAgentConfig.policies {idle} control no agent; map an agent to each or remove them.")
 
     def policy_spec(self, pid: str) -> Any:
-        from jaxflow.algorithm import get_algorithm  # the registry imports algorithm pages lazily
-
         spec = get_algorithm(self.policies[pid]["algorithm"])
         require(spec.flow is not None, f"MultiAgentConfig.policies[{pid!r}]: {spec.name} cannot train a policy of a "
                 f"multi-agent run (algorithms that can: {', '.join(multiagent_algorithms())}).")
@@ -120,14 +119,6 @@ class MultiAgentConfig:
 WORKER_FIELDS = ("env", "env_config", "num_workers", "num_envs_per_worker", "rollout_fragment_length", "seed",
                  "on_worker_failure", "worker_timeout_s", "num_cpus_per_worker", "metrics_num_episodes")
 """Fields every policy of a multi-agent run shares with its rollout workers."""
-
-
-def multiagent_algorithms() -> list[str]:
-    """Names of the algorithms that can train a policy of a multi-agent run."""
-    from jaxflow.algorithm import _ALGORITHMS, _load_builtin
-
-    _load_builtin()
-    return sorted(spec.name for spec in _ALGORITHMS.values() if spec.flow is not None)
 
 
 def load_multiagent_config(path: str) -> MultiAgentConfig:
@@ -250,9 +241,9 @@ class MultiAgentRolloutWorker:
         self.env_steps += T * B
         episodes = self.env.pop_episodes()
         batches = {pid: self._policy_batch(pid, steps[pid], episodes) for pid in self.policies}
-        returns = sum(episodes[a][0] for a in self.env.agents) if episodes else np.zeros(0)
-        lengths = episodes[self.env.agents[0]][1] if episodes else np.zeros(0)
-        return MultiAgentBatch(batches, T * B, np.asarray(returns, np.float64), np.asarray(lengths))
+        # All agents of an episode end together, so their arrays line up episode by episode.
+        returns = np.sum([episodes[a][0] for a in self.env.agents], axis=0, dtype=np.float64)
+        return MultiAgentBatch(batches, T * B, returns, episodes[self.env.agents[0]][1])
 
     def _policy_batch(self, pid: str, steps: list[dict[str, np.ndarray]], episodes: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> SampleBatch:
         ws = self.policies[pid]
@@ -264,8 +255,8 @@ class MultiAgentRolloutWorker:
         if ws.encode is not None:
             traj = ws.encode(traj, ws.config)
         agents = self.agents[pid]
-        returns = np.concatenate([episodes[a][0] for a in agents]) if episodes else np.zeros(0)
-        lengths = np.concatenate([episodes[a][1] for a in agents]) if episodes else np.zeros(0)
+        returns = np.concatenate([episodes[a][0] for a in agents])
+        lengths = np.concatenate([episodes[a][1] for a in agents])
         return SampleBatch(traj, len(steps) * len(last_obs), returns, lengths, self.weights_version[pid])
 
 
@@ -397,8 +388,6 @@ class MultiAgentProgram:
     rollout workers for all of them, and the registered multi-agent plan over them."""
 
     def __init__(self, config: MultiAgentConfig, spec: Any, mode: str):
-        from jaxflow.algorithm import build_learner, check_spaces, init_ray  # the registry lives there
-
         probe = envs.make_multiagent(config.env, **config.env_config)
         agents = list(probe.possible_agents)
         self.config, self.spec = config, spec
@@ -461,7 +450,7 @@ class MultiAgentProgram:
             actions = {a: np.asarray(act[pid](weights[pid], obs[a])) for a, pid in self.config.mapping.items()}
             obs = env.step(actions).obs
             ended = env.pop_episodes()
-            if ended and len(ended[env.agents[0]][0]):
+            if len(ended[env.agents[0]][0]):
                 returns.append(np.stack([ended[a][0] for a in env.agents]))  # [agents, episodes ended]
         env.close()
         per_agent = np.concatenate(returns, axis=1)[:, :episodes]

@@ -37,14 +37,16 @@ def _constant_value_params(net: MLPActorCritic, value: float):
     return jax.tree_util.tree_map_with_path(fix, params)
 
 
-def test_rollout_bootstraps_time_limits_and_records_episodes():
+@pytest.mark.parametrize("T", [12, 5, 4], ids=["several truncations per fragment", "one", "none"])
+def test_rollout_bootstraps_time_limits_and_records_episodes(T):
     """CartPole with a 5-step time limit and a value net that says 2.0 everywhere: every 5th
     reward is 1 + 0.99 * 2.0 with discount 0, every other step 1 with discount 0.99, and each
-    ended episode has length 5 and return 5 (the bootstrap is not part of the score)."""
+    ended episode has length 5 and return 5 (the bootstrap is not part of the score). Fragments
+    up to the time limit long bootstrap after the scan, longer ones at every step."""
     env, env_params = envs.make(CARTPOLE, max_steps_in_episode=5)
     net = MLPActorCritic(2)
     params = _constant_value_params(net, 2.0)
-    B, T = 4, 12
+    B = 4
     obs, state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.PRNGKey(1), B), env_params)
     carry = EnvCarry(state, obs, jnp.zeros(B), jnp.zeros(B, jnp.int32))
     config = PPOConfig(env=CARTPOLE)
@@ -58,7 +60,7 @@ def test_rollout_bootstraps_time_limits_and_records_episodes():
     assert np.isnan(np.asarray(returns)[~truncated]).all()
     np.testing.assert_allclose(np.asarray(traj["bootstrap_value"]), 2.0, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(traj["last_obs"]), np.asarray(carry.obs))
-    np.testing.assert_array_equal(np.asarray(carry.episode_length), [2] * B)  # 12 = 5 + 5 + 2
+    np.testing.assert_array_equal(np.asarray(carry.episode_length), [T % 5] * B)
     assert traj["obs"].shape == (T, B, 4) and traj["logits"].shape == (T, B, 2)
 
 
