@@ -12,7 +12,8 @@ Nothing of an algorithm is written twice for this: its network, its worker-side
 registering a :class:`DeviceSpec` that says how it acts and what batch its loss takes.
 
 Independent agents are one more batch axis: ``num_seeds`` seeds times the values of a
-``sweep`` over one numeric config field are ``vmap``-ed "members" of one compiled call.
+``sweep`` over one numeric config field are "members" of one compiled call, ``vmap``-ed on
+accelerators (see :meth:`DeviceProgram._run_members`).
 On several local devices the environments are sharded along their batch axis and
 everything else is replicated, so XLA averages the gradients across devices and the
 update equals the single-device update on the same batch.
@@ -289,9 +290,7 @@ class DeviceProgram:
         self._check(state, obs_shape)
         self._shardings = self._state_shardings(state)
         self.state = jax.device_put(state, self._shardings, may_alias=False)
-        # Always vmapped, one agent too: the same compiled arithmetic per member makes seed 0
-        # of a multi-seed run reproduce the single-seed run exactly.
-        self._run = jax.jit(jax.vmap(self._run_one), donate_argnums=0)
+        self._run = jax.jit(self._run_members, donate_argnums=0)
 
     @property
     def loss(self) -> Callable[..., Any]:
@@ -338,7 +337,7 @@ class DeviceProgram:
                 f"but its observation space is {obs_shape}."
             )
         try:
-            jax.eval_shape(jax.vmap(self._run_one), state)
+            jax.eval_shape(self._run_members, state)
         except ValueError as e:  # e.g. a minibatch larger than the batch
             raise ConfigError(
                 f"{type(self.config).__name__}: {e}; in device mode a training batch is num_envs ({self.num_envs}) x "
@@ -382,6 +381,22 @@ class DeviceProgram:
         if self.spec.postprocess is not None:
             traj = self.spec.postprocess(traj, cfg)
         return self.device.prepare(traj, cfg)
+
+    def _run_members(self, state: AnakinState) -> tuple[AnakinState, dict[str, Array]]:
+        """Every member's ``iterations_per_call`` iterations, on the leading members axis.
+
+        One member runs unbatched. Several run ``vmap``-ed on accelerators, where batching
+        agents fills the device, and one after another (``lax.map``) on CPUs, where it was
+        measured faster for small networks and, running each member's unbatched arithmetic,
+        reproduces every seed's single run bit for bit (``member_batching`` overrides this).
+        """
+        if len(self.members) == 1:
+            state, out = self._run_one(jax.tree.map(lambda x: x[0], state))
+            return jax.tree.map(lambda x: x[None], (state, out))
+        batching = self.config.member_batching
+        if batching == "auto":
+            batching = "map" if jax.default_backend() == "cpu" else "vmap"
+        return jax.vmap(self._run_one)(state) if batching == "vmap" else jax.lax.map(self._run_one, state)
 
     def _run_one(self, state: AnakinState) -> tuple[AnakinState, dict[str, Array]]:
         cfg = with_hyper(self.config, state.hyper)

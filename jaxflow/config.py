@@ -244,6 +244,10 @@ class CommonConfig:
     sweep: dict = param(None, factory=dict)
     """Device mode: one numeric field and its values, {"lr": [1e-4, 3e-4]}; each value trains
     num_seeds agents, all in one compiled call."""
+    member_batching: Literal["auto", "vmap", "map"] = "auto"
+    """Device mode, several agents: vmap them (parallel, memory x agents) or run them one after
+    another in the compiled call (lax.map: each agent's arithmetic is its single run's, bit for
+    bit); auto is vmap on accelerators and map on CPUs."""
 
     def __post_init__(self) -> None:
         validate(self)
