@@ -53,7 +53,7 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
     """The coordination game pays each agent 1 per step when both play the cue: 10 per episode
     at best, 10/9 for random play. In 12 iterations (49k env steps) both policies pass 6.
     PPO updates once per train batch of 512 of its agent's steps (2 rounds of 256), DQN once
-    per round (32 SGD steps of 64), after its 500 learning-start transitions."""
+    per round (32 SGD steps of 64), after its 500 learning-start transitions (2 rounds)."""
     algo = Algorithm(MultiAgentConfig(**PPO_AND_DQN))
     try:
         for _ in range(12):
@@ -61,8 +61,11 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
         ppo, dqn = result["policies"]["ppo"], result["policies"]["dqn"]
         rounds = result["env_steps_sampled"] // (2 * 8 * 16)
         assert ppo["episode_return_mean"] > 6.0 and dqn["episode_return_mean"] > 6.0, result["policies"]
-        assert ppo["num_updates"] == rounds // 2 and ppo["sgd_steps"] == ppo["num_updates"] * 8 * 4
-        assert rounds - 2 <= dqn["num_updates"] <= rounds and dqn["sgd_steps"] == dqn["num_updates"] * 32
+        # Up to 2 sampled rounds may still wait in a branch's duplicate() buffer when a result is
+        # reported; DQN also skips the rounds before its replay holds learning_starts transitions
+        # (2 rounds, or 4 when the asynchronous stores land after the first replay request).
+        assert rounds // 2 - 1 <= ppo["num_updates"] <= rounds // 2 and ppo["sgd_steps"] == ppo["num_updates"] * 8 * 4
+        assert rounds - 6 <= dqn["num_updates"] <= rounds and dqn["sgd_steps"] == dqn["num_updates"] * 32
         # One agent per policy: each saw every env step, up to the rounds still buffered for it.
         for p in (ppo, dqn):
             assert 0 <= result["env_steps_sampled"] - p["agent_steps_sampled"] <= 2 * 256
