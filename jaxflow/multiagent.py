@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import json
 import math
 import os
 from fractions import Fraction
@@ -123,8 +124,6 @@ WORKER_FIELDS = ("env", "env_config", "num_workers", "num_envs_per_worker", "rol
 
 def load_multiagent_config(path: str) -> MultiAgentConfig:
     """Reads a multi-agent config from a JSON file (see :class:`MultiAgentConfig`)."""
-    import json
-
     with open(path, encoding="utf-8") as f:
         try:
             data = json.load(f)
@@ -273,14 +272,6 @@ class PolicyWorkers:
 
     def set_weights_of(self, index: int, weights: Any, version: int) -> None:
         self.workers.set_weights_of(index, {self.policy_id: weights}, {self.policy_id: version})
-
-    @property
-    def num_restarts(self) -> int:
-        return self.workers.num_restarts
-
-    @property
-    def num_healthy(self) -> int:
-        return self.workers.num_healthy
 
 
 class SelectExperiences(Operator):
