@@ -174,9 +174,7 @@ class MultiAgentRolloutWorker:
     policy's own ``postprocess`` and ``encode`` run on it unchanged.
     """
 
-    def __init__(self, spec: MultiAgentWorkerSpec, index: int, incarnation: int = 0, remote: bool = True):
-        if remote:
-            jax.config.update("jax_platforms", "cpu")
+    def __init__(self, spec: MultiAgentWorkerSpec, index: int, incarnation: int = 0):
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
         seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation

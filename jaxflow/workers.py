@@ -122,13 +122,10 @@ class WorkerSpec:
 class RolloutWorker:
     """Steps a vector of environments with the current policy and returns fragments.
 
-    Used as a Ray actor (``remote=True``) or in the driver when ``num_workers == 0``.
+    Used as a Ray actor or in the driver when ``num_workers == 0``.
     """
 
-    def __init__(self, spec: WorkerSpec, index: int, incarnation: int = 0, remote: bool = True):
-        if remote:
-            # Rollout workers act on the CPU even where the driver has accelerators.
-            jax.config.update("jax_platforms", "cpu")
+    def __init__(self, spec: WorkerSpec, index: int, incarnation: int = 0):
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
         seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
@@ -270,7 +267,7 @@ class WorkerSet:
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
         if cfg.num_workers == 0:
-            self._slots[0] = _InDriver(self.worker_cls(spec, 0, remote=False))
+            self._slots[0] = _InDriver(self.worker_cls(spec, 0))
         else:
             # Ray would queue actors that cannot be placed forever; say so instead.
             need = cfg.num_workers * cfg.num_cpus_per_worker

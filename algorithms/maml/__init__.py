@@ -112,14 +112,11 @@ class MAMLState(NamedTuple):
     """Meta-iterations done (int32 scalar)."""
 
 
-@ray.remote
 class MAMLWorker:
     """A CPU actor that collects one shard of every meta-batch: its own
     ``meta_batch_size / num_workers`` tasks, adapted to locally."""
 
     def __init__(self, config: MAMLConfig, network: Any, index: int):
-        # Like RolloutWorker: act on the CPU even where the driver has accelerators.
-        jax.config.update("jax_platforms", "cpu")
         self.index, self._num_tasks = index, config.meta_batch_size // config.num_workers
         self._collect = collect_jit(make_task_distribution(config.env, **config.env_config), network.apply, config)
         self._params, self._key = None, None
@@ -201,7 +198,7 @@ class MAMLProgram:
         self.workers: list[Any] = []
         if self.mode == "ray":
             init_ray()
-            self.workers = [MAMLWorker.options(num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
+            self.workers = [ray.remote(MAMLWorker).options(num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
                             for i in range(config.num_workers)]
             self.broadcast()
         else:
