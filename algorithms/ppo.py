@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import rlax
 
 from algorithms.a2c import postprocess
+from envs import GYMNAX_PREFIX
 from jaxflow import (
     AlgorithmSpec,
     BroadcastWeights,
@@ -64,8 +65,11 @@ class PPOConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.minibatch_size <= self.train_batch_size,
-                f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).")
+        # Only Ray mode trains on train_batch_size; device mode trains on num_envs x
+        # rollout_fragment_length, and its program checks the minibatch against that.
+        if self.mode == "ray" or (self.mode == "auto" and not self.env.startswith(GYMNAX_PREFIX)):
+            require(self.minibatch_size <= self.train_batch_size,
+                    f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).")
 
 
 def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any) -> tuple[Array, dict[str, Array]]:

@@ -52,6 +52,15 @@ def test_cross_field_constraint():
         PPOConfig(minibatch_size=512, train_batch_size=256)
 
 
+def test_train_batch_size_bounds_the_minibatch_only_in_ray_mode():
+    # Device mode trains on num_envs x rollout_fragment_length (2048 x 32 here), not on
+    # train_batch_size; its program checks the minibatch against that batch instead.
+    assert PPOConfig(env="gymnax/CartPole-v1", num_envs=2048, minibatch_size=16384).minibatch_size == 16384
+    for fields in ({"env": "gymnax/CartPole-v1", "mode": "ray"}, {"env": "CartPole-v1"}):
+        with pytest.raises(ConfigError, match=r"minibatch_size \(16384\) must be <= train_batch_size \(1024\)"):
+            PPOConfig(minibatch_size=16384, **fields)
+
+
 def test_with_overrides_parses_declared_types():
     base = PPOConfig()
     cfg = with_overrides(base, {"lr": "3e-4", "hidden_sizes": "32,32", "num_workers": "0"})
