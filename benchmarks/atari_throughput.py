@@ -12,49 +12,66 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import statistics
 import time
 from typing import Any
 
+import jax
 import numpy as np
 import ray
 from common import fmt, logger, machine_info, ratio, write_report
 
 import envs
-from jaxflow import Algorithm
+from jaxflow import Algorithm, get_algorithm
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
+from jaxflow.networks import forward_packed
 
 log = logger("atari_throughput")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 FRAME_SKIP = 4
 
 
-@ray.remote(num_cpus=1)
-class RandomStepper:
+class Stepper:
     """A process stepping a vector of ``num_envs`` preprocessed ALE envs (the same backend
-    as the rollout workers) with random actions: a rollout worker's work minus the policy."""
+    as the rollout workers): with random actions, a rollout worker's work minus the policy;
+    with ``config``, also the algorithm's network forward pass on every step, the worker's
+    work minus the dataflow (the ceiling of acting on the workers' CPUs)."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, vector_env: str):
+    def __init__(self, env_id: str, num_envs: int, seed: int, vector_env: str, algo: str | None = None,
+                 config: dict[str, Any] | None = None):
         make = envs.ALEVectorEnv if vector_env == "ale" else envs.VectorEnv
         self.venv = make(env_id, num_envs, seed)
-        self.venv.reset()
+        self.obs = self.venv.reset()
         self.rng = np.random.default_rng(seed)
+        self.forward = None
+        if algo is not None:
+            spec = get_algorithm(algo)
+            cfg = spec.config_cls(**config)
+            network = spec.network(cfg, self.obs.shape[1:], int(self.venv.action_space.n))
+            params = network.init(jax.random.PRNGKey(seed), self.obs[:1].astype(np.float32))
+            self.forward = functools.partial(jax.jit(functools.partial(forward_packed, network.apply)), params)
 
     def run(self, seconds: float) -> int:
         steps, end = 0, time.perf_counter() + seconds
         n, actions = self.venv.num_envs, self.venv.action_space.n
         while time.perf_counter() < end:
-            self.venv.step(self.rng.integers(actions, size=n))
+            if self.forward is None:
+                a = self.rng.integers(actions, size=n)
+            else:
+                a = np.asarray(self.forward(self.obs))[:, :actions].argmax(axis=1)
+            self.obs = self.venv.step(a).obs
             steps += n
         return steps
 
 
-def raw_frames_per_s(args: argparse.Namespace) -> float:
-    actors = [RandomStepper.remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env)
+def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
+    policy = (args.algo, algorithm_config(args)) if with_policy else (None, None)
+    actors = [ray.remote(Stepper).options(num_cpus=1).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
               for i in range(args.workers)]
     try:
-        ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading
+        ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation
         steps = ray.get([a.run.remote(args.raw_seconds) for a in actors])
     finally:
         for a in actors:
@@ -110,7 +127,7 @@ def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any]) -> str:
     a, m, r = report["args"], report["machine"], report["result"]
-    raw = report["raw_frames_per_s"]
+    raw, pol = report["raw_frames_per_s"], report["with_policy_frames_per_s"]
     lines = [
         f"# {a['algo']} throughput on {a['env']}",
         "",
@@ -121,6 +138,8 @@ def markdown(report: dict[str, Any]) -> str:
         "| frames/s | value | of raw ALE limit |",
         "|---|---:|---:|",
         f"| raw ALE, {a['workers']} processes, random actions | {raw:,.0f} | 100% |",
+        f"| ALE + {a['algo']}'s network acting on the same CPUs (ceiling of CPU acting) | {pol:,.0f} "
+        f"| {fmt(ratio(pol, raw), '.0%')} |",
         f"| sampled | {r['sampled_frames_per_s']:,.0f} | {fmt(ratio(r['sampled_frames_per_s'], raw), '.0%')} |",
         f"| trained | {r['trained_frames_per_s']:,.0f} | {fmt(ratio(r['trained_frames_per_s'], raw), '.0%')} |",
         "",
@@ -145,10 +164,10 @@ def plot(report: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     r = report["result"]
-    names = ["raw ALE limit", "sampled", "trained"]
-    values = [report["raw_frames_per_s"], r["sampled_frames_per_s"], r["trained_frames_per_s"]]
+    names = ["raw ALE limit", "ALE + network", "sampled", "trained"]
+    values = [report["raw_frames_per_s"], report["with_policy_frames_per_s"], r["sampled_frames_per_s"], r["trained_frames_per_s"]]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(names, values, color=["#999999", "#1f77b4", "#ff7f0e"])
+    ax.bar(names, values, color=["#999999", "#bbbbbb", "#1f77b4", "#ff7f0e"])
     ax.axhline(0.9 * values[0], color="k", linestyle="--", linewidth=1, label="90% of raw")
     ax.set_ylabel("frames / s")
     a = report["args"]
@@ -183,14 +202,17 @@ def main(argv: list[str] | None = None) -> None:
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     machine = machine_info()
     log(f"raw ALE: {args.workers} processes x {args.envs_per_worker} envs, {args.raw_seconds:.0f} s")
-    raw = raw_frames_per_s(args)
-    log(f"raw ALE: {raw:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s")
+    raw = stepper_frames_per_s(args, with_policy=False)
+    log(f"raw ALE: {raw:,.0f} frames/s; now with {args.algo}'s network acting")
+    with_policy = stepper_frames_per_s(args, with_policy=True)
+    log(f"ALE + policy: {with_policy:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s")
     result = run_algorithm(args)
     report = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "args": vars(args),
         "machine": machine,
         "raw_frames_per_s": raw,
+        "with_policy_frames_per_s": with_policy,
         "result": result,
         "goals": {
             "sampled_of_raw": ratio(result["sampled_frames_per_s"], raw),

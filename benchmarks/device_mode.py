@@ -62,9 +62,10 @@ def timed_run(step: Callable[[], tuple[int, float]], target: float, max_steps: i
     }
 
 
-def jaxflow_run(env_id: str, num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int) -> dict[str, Any]:
+def jaxflow_run(env_id: str, num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int,
+                minibatch_size: int = 256) -> dict[str, Any]:
     algo = Algorithm.build("PPO", env=env_id, num_envs=num_envs, seed=seed, iterations_per_call=k,
-                           minibatch_size=min(256, num_envs * T))
+                           minibatch_size=min(minibatch_size, num_envs * T))
 
     def step() -> tuple[int, float]:
         r = algo.train()
@@ -76,8 +77,9 @@ def jaxflow_run(env_id: str, num_envs: int, seed: int, k: int, target: float, ma
         algo.stop()
 
 
-def reference_run(num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int) -> dict[str, Any]:
-    init_fn, train_fn = reference_ppo.make_train(num_envs, T, k, seed)
+def reference_run(num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int,
+                  minibatch_size: int = 256) -> dict[str, Any]:
+    init_fn, train_fn = reference_ppo.make_train(num_envs, T, k, seed, min(minibatch_size, num_envs * T))
     box = {"state": init_fn(), "steps": 0}
     window: collections.deque = collections.deque(maxlen=100)  # jaxflow's metrics_num_episodes
 
@@ -110,6 +112,8 @@ def main() -> None:
     p.add_argument("--target", type=float, default=450.0)
     p.add_argument("--max-steps", type=int, default=500_000)
     p.add_argument("--min-calls", type=int, default=12, help="calls per run at least, so steps/s has enough samples")
+    p.add_argument("--minibatch-size", type=int, default=256,
+                   help="both PPOs' minibatch (capped at envs x steps); raise it with thousands of envs on an accelerator")
     p.add_argument("--minatar-envs", type=int, default=64)
     p.add_argument("--minatar-calls", type=int, default=8)
     p.add_argument("--quick", action="store_true", help="seed 0, 32 envs, fewer MinAtar calls")
@@ -127,9 +131,10 @@ def main() -> None:
             order = [("ours", ours), ("ref", ref)] if seed % 2 == 0 else [("ref", ref), ("ours", ours)]
             for which, runs in order:
                 if which == "ours":
-                    runs.append(jaxflow_run("gymnax/CartPole-v1", n, seed, k, args.target, args.max_steps, args.min_calls))
+                    runs.append(jaxflow_run("gymnax/CartPole-v1", n, seed, k, args.target, args.max_steps, args.min_calls,
+                                            args.minibatch_size))
                 else:
-                    runs.append(reference_run(n, seed, k, args.target, args.max_steps, args.min_calls))
+                    runs.append(reference_run(n, seed, k, args.target, args.max_steps, args.min_calls, args.minibatch_size))
                 log(f"{which:4s} envs {n:5d} seed {seed}: {runs[-1]['env_steps_per_s']:,.0f} steps/s, "
                     f"target after {fmt(runs[-1]['seconds_to_target'], '.2f')} s / {runs[-1]['env_steps_to_target']} steps")
         rows.append({"num_envs": n, "jaxflow": summarize(ours), "reference": summarize(ref)})
@@ -144,7 +149,7 @@ def main() -> None:
     lines = [
         "# Device mode: PPO on gymnax CartPole-v1, jaxflow vs a hand-written jitted PPO",
         "",
-        f"{k} iterations per compiled call, {T} steps per iteration, target {args.target:g}, "
+        f"{k} iterations per compiled call, {T} steps per iteration, minibatch {args.minibatch_size}, target {args.target:g}, "
         f"medians over seeds {args.seeds}; times exclude the first (compiling) call.",
         "",
         "| envs | jaxflow steps/s | reference steps/s | ratio | jaxflow s to target | reference s | ratio "

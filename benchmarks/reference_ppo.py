@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 GAMMA, GAE_LAMBDA, CLIP_EPS, VF_COEF, ENT_COEF = 0.99, 0.95, 0.2, 0.5, 0.0
-LR, MAX_GRAD_NORM, NUM_EPOCHS, MINIBATCH_SIZE = 1e-3, 0.5, 8, 256
+LR, MAX_GRAD_NORM, NUM_EPOCHS = 1e-3, 0.5, 8
 
 
 class ActorCritic(nn.Module):
@@ -58,7 +58,7 @@ def gae(values: jax.Array, rewards: jax.Array, discounts: jax.Array, last_value:
 
 
 def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int = 10,
-               seed: int = 0) -> tuple[Callable[[], Any], Callable[[Any], tuple[Any, dict[str, jax.Array]]]]:
+               seed: int = 0, minibatch_size: int = 256) -> tuple[Callable[[], Any], Callable[[Any], tuple[Any, dict[str, jax.Array]]]]:
     """Returns ``(init_fn, train_fn)``: ``init_fn() -> runner_state`` (a pytree) and
     ``train_fn(runner_state) -> (runner_state, metrics)``, jit-compiled with the runner state
     donated, running ``iterations_per_call`` full PPO iterations (rollout + 8 epochs) via
@@ -69,8 +69,8 @@ def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int
     apply = network.apply
     tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.adam(LR, eps=1e-5))
     batch_size = num_envs * num_steps
-    num_minibatches = batch_size // MINIBATCH_SIZE  # the remainder of each permutation is dropped
-    assert num_minibatches > 0, f"num_envs * num_steps ({batch_size}) < minibatch size ({MINIBATCH_SIZE})"
+    num_minibatches = batch_size // minibatch_size  # the remainder of each permutation is dropped
+    assert num_minibatches > 0, f"num_envs * num_steps ({batch_size}) < minibatch size ({minibatch_size})"
     step_envs = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
     reset_envs = jax.vmap(env.reset_env, in_axes=(0, None))
 
@@ -137,8 +137,8 @@ def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int
         def epoch(carry: tuple[Any, Any, jax.Array], _: None) -> tuple[Any, None]:
             params, opt_state, key = carry
             key, perm_key = jax.random.split(key)
-            idx = jax.random.permutation(perm_key, batch_size)[: num_minibatches * MINIBATCH_SIZE]
-            mbs = jax.tree.map(lambda x: x[idx].reshape((num_minibatches, MINIBATCH_SIZE) + x.shape[1:]), batch)
+            idx = jax.random.permutation(perm_key, batch_size)[: num_minibatches * minibatch_size]
+            mbs = jax.tree.map(lambda x: x[idx].reshape((num_minibatches, minibatch_size) + x.shape[1:]), batch)
             return (*jax.lax.scan(sgd_step, (params, opt_state), mbs)[0], key), None
 
         (params, opt_state, key), _ = jax.lax.scan(epoch, (params, opt_state, key), None, NUM_EPOCHS)
