@@ -24,7 +24,7 @@ import ray
 from common import fmt, logger, machine_info, ratio, write_report
 
 import envs
-from jaxflow import Algorithm, get_algorithm
+from jaxflow import Algorithm, cpu_actor, get_algorithm
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.networks import forward_packed
 
@@ -68,7 +68,7 @@ class Stepper:
 
 def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
     policy = (args.algo, algorithm_config(args)) if with_policy else (None, None)
-    actors = [ray.remote(Stepper).options(num_cpus=1).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
+    actors = [cpu_actor(Stepper, num_cpus=1).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
               for i in range(args.workers)]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation

@@ -4,7 +4,6 @@ multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (J
 Imports nothing from jaxflow or algorithms.
 """
 
-from envs import _jax_platform  # first: JAX on the CPU where no GPU is visible (Ray actors)
 from envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from envs import faulty as _faulty  # registers the misbehaving test envs
 from envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
@@ -31,7 +30,7 @@ from envs.registry import (
 from envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
 from envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
-del _faulty, _jax_platform
+del _faulty
 
 __all__ = [
     "ALEVectorEnv",

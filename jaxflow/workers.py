@@ -23,6 +23,20 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
 
 
+def cpu_actor(cls: type, **options: Any) -> Any:
+    """``ray.remote(cls)`` with ``options``, for an actor that computes on the CPU.
+
+    Its process starts with ``JAX_PLATFORMS=cpu``. Unpickling the actor imports jaxflow and
+    with it gymnax, which builds JAX arrays at import, so the platform must be chosen before
+    the process runs any Python of ours: on a GPU machine JAX's CUDA plugin otherwise claims
+    the GPU in every actor, or fails there ("no supported devices found for platform CUDA").
+
+    Example:
+        >>> worker = cpu_actor(RolloutWorker, num_cpus=1).remote(spec, 0)  # doctest: +SKIP
+    """
+    return ray.remote(cls).options(runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}}, **options)
+
+
 class SampleBatch(NamedTuple):
     """A time-major trajectory fragment ``data[name]: [T, B, ...]`` and what came with it.
 
@@ -122,7 +136,7 @@ class WorkerSpec:
 class RolloutWorker:
     """Steps a vector of environments with the current policy and returns fragments.
 
-    Used as a Ray actor or in the driver when ``num_workers == 0``.
+    Used as a Ray actor (see :func:`cpu_actor`) or in the driver when ``num_workers == 0``.
     """
 
     def __init__(self, spec: WorkerSpec, index: int, incarnation: int = 0):
@@ -278,7 +292,7 @@ class WorkerSet:
                     f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
                     "lower num_workers or num_cpus_per_worker, or stop the other run."
                 )
-            self._actor_cls = ray.remote(self.worker_cls).options(num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
+            self._actor_cls = cpu_actor(self.worker_cls, num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
             for i in range(cfg.num_workers):
                 self._slots[i] = self._create(i)
             self._check_started(list(self._slots.items()))
