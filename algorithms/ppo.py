@@ -111,7 +111,6 @@ def plan(workers, learner, config: PPOConfig):
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 
-
 def device_batch(traj: Mapping[str, Array], config: PPOConfig) -> dict[str, Array]:
     """Device mode's train batch: the fragment flattened, advantages standardized (the plan's (1))."""
     return standardize_fields(flat_batch(traj, config), ["advantages"])

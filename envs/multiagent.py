@@ -18,7 +18,7 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from envs.registry import EnvContext, make_multiagent, register_multiagent
+from envs.registry import EnvContext, make_copies, make_multiagent, register_multiagent
 from envs.vector import check_action, check_obs, obs_dtype
 
 AGENTS = ("agent_0", "agent_1")
@@ -231,10 +231,7 @@ class MultiAgentVectorEnv:
         self.env_id = env_id
         self.num_envs = num_envs
         self._seed = seed
-        self.envs = [
-            make_multiagent(env_id, EnvContext(worker_index, i, incarnation, seed + i), **(env_config or {}))
-            for i in range(num_envs)
-        ]
+        self.envs = make_copies(make_multiagent, env_id, num_envs, seed, env_config, worker_index, incarnation)
         self.agents: list[str] = list(self.envs[0].possible_agents)
         self.observation_spaces = {a: self.envs[0].observation_space(a) for a in self.agents}
         self.action_spaces = {a: self.envs[0].action_space(a) for a in self.agents}

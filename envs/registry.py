@@ -140,6 +140,14 @@ def make_multiagent(env_id: str, context: EnvContext | None = None, **kwargs: An
     return e.factory(context or EnvContext(), **kwargs)
 
 
+def make_copies(make_fn: Callable[..., Any], env_id: str, num_envs: int, seed: int, env_config: dict[str, Any] | None,
+                worker_index: int, incarnation: int) -> list[Any]:
+    """A worker's ``num_envs`` copies of ``env_id``, copy i seeded ``seed + i``, made by
+    ``make_fn`` (:func:`make_cpu` or :func:`make_multiagent`) with ``env_config``."""
+    return [make_fn(env_id, EnvContext(worker_index, i, incarnation, seed + i), **(env_config or {}))
+            for i in range(num_envs)]
+
+
 def _refuse_multiagent(e: EnvEntry) -> None:
     if e.kind == "multiagent":
         raise EnvKindError(

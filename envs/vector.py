@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import gymnasium
 import numpy as np
 
-from envs.registry import EnvContext, make_cpu
+from envs.registry import make_copies, make_cpu
 
 
 class EnvSpaceError(ValueError):
@@ -70,10 +70,7 @@ class VectorEnv:
         self.env_id = env_id
         self.num_envs = num_envs
         self._seed = seed
-        self.envs = [
-            make_cpu(env_id, EnvContext(worker_index, i, incarnation, seed + i), **(env_config or {}))
-            for i in range(num_envs)
-        ]
+        self.envs = make_copies(make_cpu, env_id, num_envs, seed, env_config, worker_index, incarnation)
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self._obs_dtype = obs_dtype(self.observation_space)

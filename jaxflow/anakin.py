@@ -194,24 +194,24 @@ def rollout(env: Any, env_params: Any, apply_fn: Any, act: Callable[..., Any], c
             env, env_params, jax.random.split(k_env, num_envs), c.env_state, actions
         )
         if once:
-            bootstrap = jnp.zeros_like(reward)
+            rewards = reward
             truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_obs, truncated_obs)
             truncated_at = jnp.where(truncated, t, truncated_at)
         else:
-            bootstrap = jax.lax.cond(
+            rewards = reward + jax.lax.cond(
                 truncated.any(),
                 lambda: jnp.where(truncated, config.gamma * apply_fn(params, final_obs)[1], 0.0),
                 lambda: jnp.zeros_like(reward),
             )
         done = terminated | truncated
         episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
-        out = dict(obs=c.obs, actions=actions, logp=logp, logits=logits, values=values, rewards=reward + bootstrap,
+        out = dict(obs=c.obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
                    discounts=jnp.where(done, 0.0, config.gamma).astype(jnp.float32))
         ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
         c = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
         return (c, truncated_obs, truncated_at), (out, ended)
 
-    inner = (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32))
+    inner = (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32)) if once else (carry, None, None)
     (carry, truncated_obs, truncated_at), (traj, ended) = jax.lax.scan(
         step, inner, (jnp.arange(num_steps), jax.random.split(key, num_steps))
     )

@@ -382,8 +382,10 @@ class MultiAgentProgram:
         self.config, self.spec = config, spec
         learners, worker_specs, replays, steps = {}, {}, {}, {}
         self.network: dict[str, Any] = {}
+        pspecs = {pid: config.policy_spec(pid) for pid in config.policies}
+        pconfigs = {pid: config.policy_config(pid) for pid in config.policies}
         for pid in config.policies:
-            pspec, pconfig = config.policy_spec(pid), config.policy_config(pid)
+            pspec, pconfig = pspecs[pid], pconfigs[pid]
             own = [a for a in agents if config.mapping[a] == pid]
             spaces = [(probe.observation_space(a), probe.action_space(a)) for a in own]
             require(all(s == spaces[0] for s in spaces),
@@ -393,17 +395,16 @@ class MultiAgentProgram:
             steps[pid] = max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length * len(own)
         probe.close()
         init_ray()
-        for pid in config.policies:
-            pspec = config.policy_spec(pid)
+        for pid, pspec in pspecs.items():
             if pspec.replay is not None:
-                replays[pid] = pspec.replay(config.policy_config(pid))
+                replays[pid] = pspec.replay(pconfigs[pid])
         self.workers = WorkerSet(
             MultiAgentWorkerSpec(config, worker_specs, dict(config.mapping)),
             {pid: lr.get_weights() for pid, lr in learners.items()}, {pid: lr.version for pid, lr in learners.items()},
             worker_cls=MultiAgentRolloutWorker,
         )
         self.policies = {
-            pid: Policy(pid, config.policy_spec(pid), config.policy_config(pid), learners[pid],
+            pid: Policy(pid, pspecs[pid], pconfigs[pid], learners[pid],
                         PolicyWorkers(self.workers, pid), replays.get(pid), steps[pid])
             for pid in config.policies
         }
