@@ -24,7 +24,7 @@ import ray
 from common import fmt, logger, machine_info, ratio, write_report
 
 import envs
-from jaxflow import Algorithm, cpu_actor, get_algorithm
+from jaxflow import Algorithm, get_algorithm, jax_actor
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.networks import forward_packed
 
@@ -36,8 +36,8 @@ FRAME_SKIP = 4
 class Stepper:
     """A process stepping a vector of ``num_envs`` preprocessed ALE envs (the same backend
     as the rollout workers): with random actions, a rollout worker's work minus the policy;
-    with ``config``, also the algorithm's network forward pass on every step, the worker's
-    work minus the dataflow (the ceiling of acting on the workers' CPUs)."""
+    with ``config``, also the algorithm's network forward pass on every step (on the CPU, or
+    on the GPU in a GPU actor), the worker's work minus the dataflow: the ceiling of acting."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, vector_env: str, algo: str | None = None,
                  config: dict[str, Any] | None = None):
@@ -68,7 +68,8 @@ class Stepper:
 
 def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
     policy = (args.algo, algorithm_config(args)) if with_policy else (None, None)
-    actors = [cpu_actor(Stepper, num_cpus=1).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
+    gpus = args.gpus_per_worker if with_policy else 0.0
+    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=1).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
               for i in range(args.workers)]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation
@@ -81,7 +82,8 @@ def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
 
 def algorithm_config(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = dict(env=args.env, num_workers=args.workers, num_envs_per_worker=args.envs_per_worker,
-                                  seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64)
+                                  seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64,
+                                  num_gpus_per_worker=args.gpus_per_worker)
     if args.algo == "APEX":
         fields.update(frame_stack=4, buffer_size=args.replay_capacity, learning_starts=1_000)
     return fields
@@ -128,17 +130,18 @@ def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(report: dict[str, Any]) -> str:
     a, m, r = report["args"], report["machine"], report["result"]
     raw, pol = report["raw_frames_per_s"], report["with_policy_frames_per_s"]
+    acting = f"a {a['gpus_per_worker']:g} share of the GPU each" if a["gpus_per_worker"] else "their CPUs"
     lines = [
         f"# {a['algo']} throughput on {a['env']}",
         "",
         f"{report['time']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load {m['load_average_at_start'][0]:.2f} · "
         f"learner on {m['jax_backend']} ({m['device_kind']} x{m['num_devices']}) · {a['workers']} workers x "
-        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env) · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)",
+        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env), acting on {acting} · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)",
         "",
         "| frames/s | value | of raw ALE limit |",
         "|---|---:|---:|",
         f"| raw ALE, {a['workers']} processes, random actions | {raw:,.0f} | 100% |",
-        f"| ALE + {a['algo']}'s network acting on the same CPUs (ceiling of CPU acting) | {pol:,.0f} "
+        f"| ALE + {a['algo']}'s network acting on {acting} | {pol:,.0f} "
         f"| {fmt(ratio(pol, raw), '.0%')} |",
         f"| sampled | {r['sampled_frames_per_s']:,.0f} | {fmt(ratio(r['sampled_frames_per_s'], raw), '.0%')} |",
         f"| trained | {r['trained_frames_per_s']:,.0f} | {fmt(ratio(r['trained_frames_per_s'], raw), '.0%')} |",
@@ -187,6 +190,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--envs-per-worker", type=int, default=8)
     p.add_argument("--vector-env", choices=["python", "ale"], default="python", help="the workers' env backend")
+    p.add_argument("--gpus-per-worker", type=float, default=0.0,
+                   help="GPU share per worker: above 0 the workers' policies act on the GPU (num_gpus_per_worker)")
     p.add_argument("--seconds", type=float, default=60.0, help="wall time measured after the first iteration")
     p.add_argument("--raw-seconds", type=float, default=15.0)
     p.add_argument("--replay-capacity", type=int, default=50_000, help="Ape-X transitions over all shards")

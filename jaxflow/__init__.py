@@ -49,7 +49,7 @@ from jaxflow.operators import (
 from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows, SumTree
 from jaxflow.replay_shards import ReplayBatch, ReplayShard, ReplayShards
 from jaxflow.run import train
-from jaxflow.workers import RolloutWorker, SampleBatch, WorkerCrashedError, WorkerSet, WorkerSpec, cpu_actor
+from jaxflow.workers import RolloutWorker, SampleBatch, WorkerCrashedError, WorkerSet, WorkerSpec, jax_actor
 
 __all__ = [
     "NOT_READY",
@@ -111,7 +111,7 @@ __all__ = [
     "WorkerError",
     "WorkerSet",
     "WorkerSpec",
-    "cpu_actor",
+    "jax_actor",
     "evaluate_policy",
     "from_actors",
     "from_items",

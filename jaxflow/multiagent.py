@@ -67,6 +67,9 @@ class MultiAgentConfig:
     """A worker silent for this long is treated as dead."""
     num_cpus_per_worker: float = param(1.0, NON_NEGATIVE)
     """CPUs Ray reserves for each rollout worker."""
+    num_gpus_per_worker: float = param(0.0, NON_NEGATIVE)
+    """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
+    policies act on that GPU."""
     metrics_num_episodes: int = param(100, POSITIVE)
     """Episode statistics average this many most recent episodes."""
     min_env_steps_per_iteration: int = param(4096, NON_NEGATIVE)
@@ -118,7 +121,7 @@ class MultiAgentConfig:
 
 
 WORKER_FIELDS = ("env", "env_config", "num_workers", "num_envs_per_worker", "rollout_fragment_length", "seed",
-                 "on_worker_failure", "worker_timeout_s", "num_cpus_per_worker", "metrics_num_episodes")
+                 "on_worker_failure", "worker_timeout_s", "num_cpus_per_worker", "num_gpus_per_worker", "metrics_num_episodes")
 """Fields every policy of a multi-agent run shares with its rollout workers."""
 
 

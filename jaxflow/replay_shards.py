@@ -25,7 +25,7 @@ import ray
 
 from jaxflow import transitions
 from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows
-from jaxflow.workers import cpu_actor
+from jaxflow.workers import jax_actor
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ class ReplayShards:
         # Shared with the views made by sampling(), whichever of them sees a failure.
         self._recovery: dict[str, Any] = {"restore_from": None, "num_restarts": 0, "restored_sizes": {}}
         # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
-        self._actor_cls = cpu_actor(ReplayShard, num_cpus=0, max_concurrency=max_concurrency)
+        self._actor_cls = jax_actor(ReplayShard, num_cpus=0, max_concurrency=max_concurrency)
         self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
         self._args = (capacity, alpha, samples_per_insert, min_size_to_sample, error_buffer)
         self._generations = [0] * num_shards

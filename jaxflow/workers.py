@@ -23,18 +23,22 @@ log = logging.getLogger(__name__)
 STARTUP_TIMEOUT_S = 180.0
 
 
-def cpu_actor(cls: type, **options: Any) -> Any:
-    """``ray.remote(cls)`` with ``options``, for an actor that computes on the CPU.
+def jax_actor(cls: type, num_gpus: float = 0.0, **options: Any) -> Any:
+    """``ray.remote(cls)`` with ``options``, for an actor that computes with JAX: on the CPU,
+    or with ``num_gpus > 0`` on the (share of a) GPU Ray assigns it.
 
-    Its process starts with ``JAX_PLATFORMS=cpu``. Unpickling the actor imports jaxflow and
-    with it gymnax, which builds JAX arrays at import, so the platform must be chosen before
-    the process runs any Python of ours: on a GPU machine JAX's CUDA plugin otherwise claims
-    the GPU in every actor, or fails there ("no supported devices found for platform CUDA").
+    A CPU actor's process starts with ``JAX_PLATFORMS=cpu``. Unpickling the actor imports
+    jaxflow and with it gymnax, which builds JAX arrays at import, so the platform must be
+    chosen before the process runs any Python of ours: on a GPU machine JAX's CUDA plugin
+    otherwise claims the GPU in every actor, or fails there ("no supported devices found for
+    platform CUDA"). A GPU actor allocates GPU memory as it needs it rather than JAX's
+    default 75% of the GPU, since actors share a GPU with each other and with the learner.
 
     Example:
-        >>> worker = cpu_actor(RolloutWorker, num_cpus=1).remote(spec, 0)  # doctest: +SKIP
+        >>> worker = jax_actor(RolloutWorker, num_cpus=1).remote(spec, 0)  # doctest: +SKIP
     """
-    return ray.remote(cls).options(runtime_env={"env_vars": {"JAX_PLATFORMS": "cpu"}}, **options)
+    env_vars = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if num_gpus > 0 else {"JAX_PLATFORMS": "cpu"}
+    return ray.remote(cls).options(runtime_env={"env_vars": env_vars}, num_gpus=num_gpus, **options)
 
 
 class SampleBatch(NamedTuple):
@@ -136,7 +140,7 @@ class WorkerSpec:
 class RolloutWorker:
     """Steps a vector of environments with the current policy and returns fragments.
 
-    Used as a Ray actor (see :func:`cpu_actor`) or in the driver when ``num_workers == 0``.
+    Used as a Ray actor (see :func:`jax_actor`) or in the driver when ``num_workers == 0``.
     """
 
     def __init__(self, spec: WorkerSpec, index: int, incarnation: int = 0):
@@ -292,7 +296,16 @@ class WorkerSet:
                     f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
                     "lower num_workers or num_cpus_per_worker, or stop the other run."
                 )
-            self._actor_cls = cpu_actor(self.worker_cls, num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
+            gpus = cfg.num_workers * cfg.num_gpus_per_worker
+            have = ray.cluster_resources().get("GPU", 0)
+            if gpus > have:
+                raise ConfigError(
+                    f"num_workers={cfg.num_workers} x num_gpus_per_worker={cfg.num_gpus_per_worker} needs {gpus:g} "
+                    f"GPUs but the Ray cluster has {have:g}; set num_gpus_per_worker=0 to act on the workers' CPUs"
+                    + (f", or at most {have / cfg.num_workers:g} for the workers to share the GPUs there are." if have else ".")
+                )
+            self._actor_cls = jax_actor(self.worker_cls, num_gpus=cfg.num_gpus_per_worker,
+                                        num_cpus=cfg.num_cpus_per_worker, max_restarts=0)
             for i in range(cfg.num_workers):
                 self._slots[i] = self._create(i)
             self._check_started(list(self._slots.items()))

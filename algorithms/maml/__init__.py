@@ -49,7 +49,7 @@ from jaxflow.config import POSITIVE, ConfigError, param, require
 from jaxflow.iterators import LocalIterator, Operator
 from jaxflow.learner import TrainState, make_optimizer
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
-from jaxflow.workers import cpu_actor
+from jaxflow.workers import jax_actor
 
 Array = jax.Array
 
@@ -199,7 +199,7 @@ class MAMLProgram:
         self.workers: list[Any] = []
         if self.mode == "ray":
             init_ray()
-            self.workers = [cpu_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
+            self.workers = [jax_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
                             for i in range(config.num_workers)]
             self.broadcast()
         else:
