@@ -229,7 +229,8 @@ class CommonConfig:
     """CPUs Ray reserves for each rollout worker."""
     num_gpus_per_worker: float = param(0.0, NON_NEGATIVE)
     """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
-    worker's policy acts on that GPU instead of the worker's CPU, which then only steps envs."""
+    worker's policy acts on that GPU instead of the worker's CPU, which then only steps envs
+    (with num_workers=0 the driver's worker acts on the driver's default device either way)."""
     metrics_num_episodes: int = param(100, POSITIVE)
     """episode_return_mean averages this many most recent episodes."""
     min_env_steps_per_iteration: int = param(0, NON_NEGATIVE)
