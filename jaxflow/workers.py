@@ -191,9 +191,12 @@ class RolloutWorker:
         actions = np.empty((T, B), np.int32)
         logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
         logits = None
+        # The next step's forward pass is dispatched as soon as its observation exists, so on a
+        # GPU it runs while the host does this step's bookkeeping.
+        out = self._forward(self.params, self._obs)
         for t in range(T):
             obs[t] = self._obs
-            lg, v = self._logits_values(self._obs)
+            lg, v = _split(out)
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
@@ -201,16 +204,17 @@ class RolloutWorker:
             if logits is None:
                 logits = np.empty((T,) + lg.shape, np.float32)
             step = self.env.step(a)
+            out = self._forward(self.params, step.obs)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
-                r = r + cfg.gamma * bootstrap * self._logits_values(step.final_obs)[1]
+                r = r + cfg.gamma * bootstrap * _split(self._forward(self.params, step.final_obs))[1]
             actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
             discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
             self._obs = step.obs
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
-            discounts=discounts, bootstrap_value=self._logits_values(self._obs)[1], last_obs=self._obs,
+            discounts=discounts, bootstrap_value=_split(out)[1], last_obs=self._obs,
         )
         self.env_steps += T * B
         if self._postprocess is not None:
@@ -219,11 +223,6 @@ class RolloutWorker:
             traj = self._encode(traj, cfg)
         returns, lengths = self.env.pop_episodes()
         return SampleBatch(traj, T * B, returns, lengths, self.weights_version)
-
-    def _logits_values(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # One compiled call and one host transfer per step: rollouts are dispatch-bound.
-        out = np.asarray(self._forward(self.params, obs))
-        return out[:, :-1], out[:, -1]
 
     def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
         """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
@@ -241,6 +240,13 @@ class RolloutWorker:
         for fn in fns:
             item = _call(fn, item, self)
         return item
+
+
+def _split(packed: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``forward_packed``'s ``[B, A + 1]`` output (one compiled call, one host transfer per
+    step: rollouts are dispatch-bound) -> host ``(logits [B, A], values [B])``."""
+    out = np.asarray(packed)
+    return out[:, :-1], out[:, -1]
 
 
 def sample_categorical(rng: np.random.Generator, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

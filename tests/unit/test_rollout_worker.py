@@ -1,0 +1,47 @@
+"""A rollout worker's fragment against the network and environment evaluated independently:
+every recorded logit and value is the network's on the recorded observation, the bootstrap
+value is the network's on the observation after the fragment, and a time limit's reward is
+bootstrapped from the value of the final observation, found here by replaying the actions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import envs
+from jaxflow import RolloutWorker, WorkerSpec, get_algorithm
+from jaxflow.algorithm import build_learner
+
+
+def test_fragment_matches_the_network_and_a_replay_of_its_actions():
+    spec = get_algorithm("IMPALA")
+    config = spec.config_cls(env="CartPole-v1", env_config={"max_episode_steps": 5}, num_workers=1,
+                             num_envs_per_worker=3, rollout_fragment_length=12, seed=7)
+    network, learner = build_learner(config, spec)
+    params = learner.get_weights()
+    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker.set_weights(params, 0)
+    first, second = worker.sample(), worker.sample()
+
+    replay = envs.VectorEnv("CartPole-v1", 3, config.seed, {"max_episode_steps": 5})
+    np.testing.assert_array_equal(replay.reset(), first.data["obs"][0])
+    for frag in (first, second):
+        d = frag.data
+        logits, values = network.apply(params, d["obs"].reshape(36, 4))
+        np.testing.assert_allclose(d["logits"], np.asarray(logits).reshape(12, 3, 2), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(d["values"], np.asarray(values).reshape(12, 3), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(d["bootstrap_value"], np.asarray(network.apply(params, d["last_obs"])[1]), rtol=1e-5, atol=1e-6)
+        truncations = 0
+        for t in range(12):
+            step = replay.step(d["actions"][t])
+            expected = step.reward.astype(np.float64)
+            cut = step.truncated & ~step.terminated
+            if cut.any():
+                truncations += cut.sum()
+                v_final = np.asarray(network.apply(params, step.final_obs)[1])
+                expected = expected + config.gamma * cut * v_final
+            np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(d["discounts"][t], np.float32(config.gamma) * ~(step.terminated | step.truncated))
+            next_obs = d["obs"][t + 1] if t < 11 else d["last_obs"]
+            np.testing.assert_array_equal(step.obs, next_obs)
+        assert truncations >= 6  # two time limits per copy per fragment: the bootstrap is exercised
+    assert first.env_steps == second.env_steps == 36
