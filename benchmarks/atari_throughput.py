@@ -69,7 +69,7 @@ class Stepper:
 def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
     policy = (args.algo, algorithm_config(args)) if with_policy else (None, None)
     gpus = args.gpus_per_worker if with_policy else 0.0
-    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=1).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
+    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
               for i in range(args.workers)]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation
@@ -83,7 +83,7 @@ def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
 def algorithm_config(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = dict(env=args.env, num_workers=args.workers, num_envs_per_worker=args.envs_per_worker,
                                   seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64,
-                                  num_gpus_per_worker=args.gpus_per_worker)
+                                  num_cpus_per_worker=args.cpus_per_worker, num_gpus_per_worker=args.gpus_per_worker)
     if args.algo == "APEX":
         fields.update(frame_stack=4, buffer_size=args.replay_capacity, learning_starts=1_000)
     return fields
@@ -136,7 +136,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['time']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load {m['load_average_at_start'][0]:.2f} · "
         f"learner on {m['jax_backend']} ({m['device_kind']} x{m['num_devices']}) · {a['workers']} workers x "
-        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env), acting on {acting} · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)",
+        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env, {a['cpus_per_worker']:g} CPU each), acting on {acting} · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)",
         "",
         "| frames/s | value | of raw ALE limit |",
         "|---|---:|---:|",
@@ -190,6 +190,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--envs-per-worker", type=int, default=8)
     p.add_argument("--vector-env", choices=["python", "ale"], default="python", help="the workers' env backend")
+    p.add_argument("--cpus-per-worker", type=float, default=1.0,
+                   help="CPUs per worker (num_cpus_per_worker); with --vector-env ale, also its emulator threads")
     p.add_argument("--gpus-per-worker", type=float, default=0.0,
                    help="GPU share per worker: above 0 the workers' policies act on the GPU (num_gpus_per_worker)")
     p.add_argument("--seconds", type=float, default=60.0, help="wall time measured after the first iteration")
