@@ -29,7 +29,7 @@ from jaxflow.config import NON_NEGATIVE, POSITIVE, ConfigError, param, require, 
 from jaxflow.iterators import Operator
 from jaxflow.metrics import Context, EpisodeWindow
 from jaxflow.networks import forward_packed, greedy_action
-from jaxflow.workers import RolloutWorker, SampleBatch, WorkerSet, WorkerSpec, concat_batches, sample_categorical
+from jaxflow.workers import RolloutWorker, SampleBatch, WorkerSet, WorkerSpec, concat_batches, sample_categorical, split_packed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,8 +210,7 @@ class MultiAgentRolloutWorker:
         return np.concatenate([per_agent[a] for a in self.agents[pid]], axis=0)
 
     def _logits_values(self, pid: str, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        out = np.asarray(self._forward[pid](self.params[pid], obs))
-        return out[:, :-1], out[:, -1]
+        return split_packed(self._forward[pid](self.params[pid], obs))
 
     def sample(self) -> MultiAgentBatch:
         missing = sorted(set(self.policies) - set(self.params))

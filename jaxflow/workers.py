@@ -196,7 +196,7 @@ class RolloutWorker:
         out = self._forward(self.params, self._obs)
         for t in range(T):
             obs[t] = self._obs
-            lg, v = _split(out)
+            lg, v = split_packed(out)
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
@@ -208,13 +208,13 @@ class RolloutWorker:
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
-                r = r + cfg.gamma * bootstrap * _split(self._forward(self.params, step.final_obs))[1]
+                r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
             actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
             discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
             self._obs = step.obs
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
-            discounts=discounts, bootstrap_value=_split(out)[1], last_obs=self._obs,
+            discounts=discounts, bootstrap_value=split_packed(out)[1], last_obs=self._obs,
         )
         self.env_steps += T * B
         if self._postprocess is not None:
@@ -242,7 +242,7 @@ class RolloutWorker:
         return item
 
 
-def _split(packed: Any) -> tuple[np.ndarray, np.ndarray]:
+def split_packed(packed: Any) -> tuple[np.ndarray, np.ndarray]:
     """``forward_packed``'s ``[B, A + 1]`` output (one compiled call, one host transfer per
     step: rollouts are dispatch-bound) -> host ``(logits [B, A], values [B])``."""
     out = np.asarray(packed)
