@@ -6,7 +6,9 @@ batch ``{name: [N, ...]}``; with a target network it is
 the update's steps; a metric of shape ``[minibatch]`` (per-sample, e.g. DQN's TD
 errors for replay priorities) is returned for every sample of the batch, in order. The update runs ``num_epochs`` passes over shuffled
 minibatches (one pass over the whole batch, in order, by default) inside one
-``jit`` with the state's buffers donated. With several local devices the batch
+``jit`` with the state's buffers donated; a convolutional loss on the CPU instead
+steps minibatch by minibatch from the host, to the same result (see
+:attr:`Learner.loop`). With several local devices the batch
 is sharded along its leading axis and the parameters replicated; XLA then
 averages the gradients across devices, so the update equals the single-device
 update on the same global batch.
@@ -64,6 +66,46 @@ def sgd_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, state: Tr
     return state._replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
 
+def minibatch_indices(key: jax.Array, n: int, num_epochs: int, minibatch_size: int) -> jax.Array:
+    """``[num_epochs * (n // minibatch_size), minibatch_size]`` sample indices, one row per
+    SGD step: a single epoch goes through the batch in order (replayed or freshly sampled
+    batches are already in random order); several epochs shuffle each pass with their own
+    key from ``key``. Samples of an incomplete last minibatch are left out of that epoch."""
+    num_mb = n // minibatch_size
+    if num_epochs == 1:
+        return jnp.arange(num_mb * minibatch_size).reshape(num_mb, minibatch_size)
+    perms = jax.vmap(lambda k: jax.random.permutation(k, n)[: num_mb * minibatch_size])(jax.random.split(key, num_epochs))
+    return perms.reshape(num_epochs * num_mb, minibatch_size)
+
+
+def shuffle_minibatches(rng: jax.Array, n: int, num_epochs: int, minibatch_size: int) -> tuple[jax.Array, jax.Array]:
+    """The state's next PRNG key and an update's :func:`minibatch_indices`."""
+    rng, key = jax.random.split(rng)
+    return rng, minibatch_indices(key, n, num_epochs, minibatch_size)
+
+
+def minibatch_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, batch: Mapping[str, jax.Array],
+                   state: TrainState, idx: jax.Array) -> tuple[TrainState, Any]:
+    """:func:`sgd_step` on the samples ``idx`` of ``batch``."""
+    return sgd_step(loss_fn, optimizer, state, jax.tree_util.tree_map(lambda x: x[idx], batch))
+
+
+def summarize_metrics(metrics: Mapping[str, Any], num_epochs: int) -> dict[str, Any]:
+    """Per-step metrics ``[steps, ...]`` of an update to its metrics: scalars averaged over
+    the steps, per-sample metrics ``[steps, minibatch, ...]`` of the last epoch flattened
+    into the batch's order (numpy or JAX arrays alike)."""
+    if num_epochs > 1 and any(m.ndim > 1 for m in metrics.values()):
+        raise ValueError("Per-sample metrics need num_epochs == 1: later epochs visit the samples in another order.")
+    return {k: m.mean() if m.ndim == 1 else m.reshape((-1,) + m.shape[2:]) for k, m in metrics.items()}
+
+
+def _check_minibatch(n: int, minibatch_size: int | None) -> int:
+    mb = minibatch_size or n
+    if n // mb == 0:
+        raise ValueError(f"minibatch_size {mb} is larger than the batch ({n} samples)")
+    return mb
+
+
 def sgd_update(
     loss_fn: LossFn,
     optimizer: optax.GradientTransformation,
@@ -72,31 +114,15 @@ def sgd_update(
     state: TrainState,
     batch: Mapping[str, jax.Array],
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    """``num_epochs`` passes of minibatch SGD over ``batch``; scalar metrics averaged over
-    steps, per-sample metrics ``[n]`` from the last epoch in the batch's order.
-
-    A single epoch goes through the batch in order (replayed or freshly sampled batches
-    are already in random order); several epochs shuffle each pass."""
+    """``num_epochs`` passes of minibatch SGD over ``batch`` (see :func:`minibatch_indices`)
+    as one ``lax.scan``; metrics as :func:`summarize_metrics` makes them."""
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     chex.assert_tree_shape_prefix(batch, (n,))
-    mb = minibatch_size or n
-    num_mb = n // mb
-    if num_mb == 0:
-        raise ValueError(f"minibatch_size {mb} is larger than the batch ({n} samples)")
-
-    def epoch(state: TrainState, key: jax.Array):
-        if num_epochs == 1:
-            idx = jnp.arange(num_mb * mb)
-        else:
-            idx = jax.random.permutation(key, n)[: num_mb * mb]
-        minibatches = jax.tree_util.tree_map(lambda x: x[idx].reshape((num_mb, mb) + x.shape[1:]), batch)
-        return jax.lax.scan(functools.partial(sgd_step, loss_fn, optimizer), state, minibatches)
-
-    rng, shuffle = jax.random.split(state.rng)
-    state, metrics = jax.lax.scan(epoch, state._replace(rng=rng), jax.random.split(shuffle, num_epochs))
-    if num_epochs > 1 and any(m.ndim > 2 for m in jax.tree_util.tree_leaves(metrics)):
-        raise ValueError("Per-sample metrics need num_epochs == 1: later epochs visit the samples in another order.")
-    return state, {k: jnp.mean(m) if m.ndim == 2 else m[-1].reshape((num_mb * mb,) + m.shape[3:]) for k, m in metrics.items()}
+    mb = _check_minibatch(n, minibatch_size)
+    rng, idx = shuffle_minibatches(state.rng, n, num_epochs, mb)
+    step = functools.partial(minibatch_step, loss_fn, optimizer, batch)
+    state, metrics = jax.lax.scan(step, state._replace(rng=rng), idx)
+    return state, summarize_metrics(metrics, num_epochs)
 
 
 def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads: Any) -> TrainState:
@@ -149,6 +175,13 @@ class Learner:
             donate_argnums=0,
             out_shardings=(self._replicated, self._replicated),
         )
+        self._shuffle = jax.jit(shuffle_minibatches, static_argnums=(1, 2, 3))
+        self._step = jax.jit(
+            functools.partial(minibatch_step, loss_fn, optimizer),
+            donate_argnums=1,
+            out_shardings=(self._replicated, self._replicated),
+        )
+        self._loop: str | None = None
         self._apply = jax.jit(
             functools.partial(apply_gradients, optimizer), donate_argnums=0, out_shardings=self._replicated
         )
@@ -177,15 +210,44 @@ class Learner:
             )
         return jax.device_put(dict(batch), self._sharded)
 
+    @property
+    def loop(self) -> str | None:
+        """How an update runs its SGD steps, chosen at the first update: ``"scan"``, all of
+        them inside one compiled update, or ``"host"``, one compiled step per minibatch
+        called from Python. ``"host"`` is for convolutional losses on the CPU, where XLA
+        runs a convolution's weight gradient inside a loop body about 10x slower than
+        outside one (jax-ml/jax#12868); a step costs far more than its dispatch there."""
+        return self._loop
+
+    def _run(self, state: TrainState, device_batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, Any]]:
+        n = len(next(iter(device_batch.values())))
+        mb = _check_minibatch(n, self._minibatch_size)
+        if self._loop is None:
+            self._loop = "host" if self._convolutional_on_cpu(state, device_batch, mb) else "scan"
+        if self._loop == "scan":
+            return self._update(state, device_batch)
+        rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb)
+        state, steps = state._replace(rng=rng), []
+        for row in np.asarray(idx):
+            state, metrics = self._step(device_batch, state, row)
+            steps.append(metrics)
+        return state, summarize_metrics(jax.tree_util.tree_map(lambda *m: np.stack(m), *jax.device_get(steps)), self._num_epochs)
+
+    def _convolutional_on_cpu(self, state: TrainState, device_batch: dict[str, jax.Array], mb: int) -> bool:
+        if self.devices[0].platform != "cpu":
+            return False
+        lowered = self._step.lower(device_batch, state, np.zeros(mb, np.int32))
+        return "stablehlo.convolution" in lowered.as_text()
+
     def update(self, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """One SGD update (all epochs and minibatches) on a flat host batch; returns mean
         metrics as floats and per-sample metrics as numpy arrays."""
         device_batch = self.put_batch(batch)
         n = len(next(iter(device_batch.values())))
         with self._lock:
-            self.state, metrics = self._update(self.state, device_batch)
+            self.state, metrics = self._run(self.state, device_batch)
             self._version += self._num_epochs * (n // (self._minibatch_size or n))
-        return {k: float(v) if v.ndim == 0 else v for k, v in jax.device_get(metrics).items()}
+        return {k: float(v) if v.ndim == 0 else np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
     def update_target(self) -> None:
         """Copies the parameters into the target network."""
@@ -198,7 +260,7 @@ class Learner:
         """Compiles the update for ``batch``'s shapes by running it on a copy of the state
         (the result is dropped), so the first real update starts at full speed."""
         state = jax.device_put(self.state, self._replicated, may_alias=False)
-        jax.block_until_ready(self._update(state, self.put_batch(batch)))
+        jax.block_until_ready(self._run(state, self.put_batch(batch)))
 
     def apply_gradients(self, grads: Any) -> None:
         grads = jax.device_put(grads, self._replicated)

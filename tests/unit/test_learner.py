@@ -3,18 +3,20 @@ step counts, and data parallelism over several (forced host) devices."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from jaxflow.learner import Learner
+from jaxflow.learner import Learner, sgd_update
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -151,6 +153,23 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     print("MOVED", moved)
     print("LOSS_DIFF", abs(m1["loss"] - m4["loss"]))
 
+    # A convolutional loss takes the host loop on the CPU: it must shard the same way.
+    def conv_loss(p, batch, key):
+        h = jax.lax.conv_general_dilated(batch["img"], p["k"], (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        err = jnp.tanh(h).reshape(h.shape[0], -1) @ p["w"] - batch["y"]
+        return jnp.mean(err**2), {}
+
+    conv_params = {"k": rng.normal(size=(4, 4, 2, 3)).astype(np.float32) / 4, "w": rng.normal(size=(48,)).astype(np.float32) / 5}
+    conv_batch = {"img": rng.normal(size=(n, 10, 10, 2)).astype(np.float32), "y": batch["y"]}
+    conv_copy = lambda: jax.tree_util.tree_map(np.array, conv_params)
+    conv_one = Learner(conv_loss, optax.sgd(0.5), conv_copy(), devices=jax.devices()[:1], num_epochs=2, minibatch_size=16)
+    conv_four = Learner(conv_loss, optax.sgd(0.5), conv_copy(), devices=jax.devices(), num_epochs=2, minibatch_size=16)
+    conv_one.update(conv_batch), conv_four.update(conv_batch)
+    q1, q4 = conv_one.get_weights(), conv_four.get_weights()
+    print("CONV_LOOPS", conv_one.loop, conv_four.loop)
+    print("CONV_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(q4))))
+    print("CONV_MOVED", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(conv_params))))
+
     placed = four.put_batch(batch)["x"]
     print("BATCH_DEVICES", placed.sharding.num_devices, len(placed.addressable_shards))
     print("SHARD_ROWS", sorted({s.data.shape[0] for s in placed.addressable_shards}))
@@ -186,6 +205,12 @@ def test_four_devices_match_one_device(multi_device_output):
     assert float(multi_device_output["LOSS_DIFF"]) < 1e-5
 
 
+def test_four_devices_match_one_device_in_the_host_loop(multi_device_output):
+    assert multi_device_output["CONV_LOOPS"] == "host host"
+    assert float(multi_device_output["CONV_MOVED"]) > 1e-3
+    assert float(multi_device_output["CONV_DIFF"]) < 1e-5
+
+
 def test_four_device_learner_shards_batch_and_replicates_params(multi_device_output):
     assert multi_device_output["BATCH_DEVICES"] == "4 4"
     assert multi_device_output["SHARD_ROWS"] == "[16]"  # 64 samples / 4 devices
@@ -202,3 +227,62 @@ def test_learner_leaves_the_callers_params_alive():
     learner = Learner(lambda p, b, k: (jnp.sum(p["w"] * b["x"].mean(0)), {}), optax.sgd(0.1), params)
     learner.update({"x": np.ones((4, 3), np.float32)})
     np.testing.assert_array_equal(np.asarray(params["w"]), np.ones(3))  # not donated away
+
+
+def conv_loss(params, batch, rng, per_sample=False):
+    """A small convolutional regression (optionally with a per-sample metric), for the host loop."""
+    del rng
+    h = jax.lax.conv_general_dilated(batch["x"], params["k"], (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    pred = jnp.tanh(h).reshape(h.shape[0], -1) @ params["w"]
+    err = pred - batch["y"]
+    return jnp.mean(err**2), {"err": err} if per_sample else {"mean_err": jnp.mean(err)}
+
+
+def conv_problem(n, seed=0):
+    rng = np.random.default_rng(seed)
+    params = {"k": rng.normal(size=(4, 4, 2, 3)).astype(np.float32) / 4, "w": rng.normal(size=(48,)).astype(np.float32) / 5}
+    batch = {"x": rng.normal(size=(n, 10, 10, 2)).astype(np.float32), "y": rng.normal(size=(n,)).astype(np.float32)}
+    return params, batch
+
+
+@pytest.mark.parametrize("num_epochs", [1, 3])
+def test_convolutional_update_on_cpu_steps_from_the_host_and_equals_the_scanned_update(num_epochs):
+    # The host loop exists only for speed (XLA:CPU's convolution gradient in a loop body):
+    # its result must be the compiled scan's, step for step, shuffles included.
+    params, batch = conv_problem(n=12)
+    learner = Learner(conv_loss, optax.adam(0.05), jax.tree_util.tree_map(np.copy, params), seed=3,
+                      num_epochs=num_epochs, minibatch_size=4)
+    start = learner.get_state()
+    metrics = learner.update(batch)
+    assert learner.loop == "host"
+    assert learner.version == int(learner.state.step) == num_epochs * 3
+
+    optimizer = optax.adam(0.05)
+    scan = jax.jit(functools.partial(sgd_update, conv_loss, optimizer, num_epochs, 4))
+    expected_state, expected = jax.device_get(scan(start, batch))
+    leaves = jax.tree_util.tree_leaves
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(learner.get_weights()), leaves(params)))
+    assert moved > 1e-2  # the update did something to compare
+    for got, want in zip(leaves(learner.get_state()), leaves(expected_state)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert set(metrics) == set(expected) == {"loss", "grad_norm", "mean_err"}
+    for name in expected:
+        np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-5, atol=1e-6)
+
+
+def test_per_sample_metrics_of_the_host_loop_come_back_in_batch_order():
+    params, batch = conv_problem(n=12, seed=1)
+    loss_fn = functools.partial(conv_loss, per_sample=True)
+    learner = Learner(loss_fn, optax.sgd(0.0), jax.tree_util.tree_map(np.copy, params), minibatch_size=4)  # lr 0: errors of the start params
+    metrics = learner.update(batch)
+    assert learner.loop == "host"
+    _, aux = loss_fn(params, batch, None)
+    np.testing.assert_allclose(metrics["err"], np.asarray(aux["err"]), rtol=1e-5, atol=1e-6)
+    assert metrics["err"].shape == (12,)
+
+
+def test_dense_losses_keep_the_scanned_update():
+    params, batch = regression_problem()
+    learner = Learner(mse_loss, optax.sgd(0.1), params, num_epochs=2, minibatch_size=4)
+    learner.update(batch)
+    assert learner.loop == "scan"
