@@ -112,6 +112,11 @@ def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
     # The learner thread's wait on its input queue: time the accelerator had nothing to train on.
     waited = queues_last.get("learner_inqueue_wait_s", 0.0) - queues_first.get("learner_inqueue_wait_s", 0.0)
     lags = [r["learner"]["policy_lag"] for r in results if "policy_lag" in r.get("learner", {})]
+    # The workers' own clocks: a worker not sampling waits for the plan to ask again.
+    sampler_last, sampler_first = last.get("sampler", {}), first.get("sampler", {})
+
+    def sampler_s(key: str) -> float:
+        return sampler_last.get(key, 0.0) - sampler_first.get(key, 0.0)
     return {
         "build_s": build_s,
         "seconds": elapsed,
@@ -122,6 +127,9 @@ def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
         "transfers_per_s": (feed_last.get("transfers", 0) - feed_first.get("transfers", 0)) / elapsed,
         "mb_to_device_per_s": (feed_last.get("megabytes", 0.0) - feed_first.get("megabytes", 0.0)) / elapsed,
         "policy_lag_median": statistics.median(lags) if lags else None,
+        "workers_sampling": sampler_s("sample_s") / (elapsed * args.workers),
+        "sampling_in_env": ratio(sampler_s("env_s"), sampler_s("sample_s")),
+        "sampling_waiting_for_policy": ratio(sampler_s("policy_s"), sampler_s("sample_s")),
         "episode_return_mean": None if np.isnan(last["episode_return_mean"]) else last["episode_return_mean"],
         "iterations": len(results),
     }
@@ -154,6 +162,12 @@ def markdown(report: dict[str, Any]) -> str:
         f"| transfers/s to device | {r['transfers_per_s']:.1f} |",
         f"| MB/s to device | {r['mb_to_device_per_s']:.1f} |",
         f"| policy lag (median, SGD steps) | {fmt(r['policy_lag_median'], '.0f')} |",
+        "",
+        "| workers | value |",
+        "|---|---:|",
+        f"| time sampling (share of wall time, mean over workers) | {fmt(r['workers_sampling'], '.0%')} |",
+        f"| ... of which stepping the envs | {fmt(r['sampling_in_env'], '.0%')} |",
+        f"| ... of which waiting for the policy's forward pass | {fmt(r['sampling_waiting_for_policy'], '.0%')} |",
         "",
         f"Goals: sampled >= 90% of the raw limit (median over {len(report['repeats'])} repeat(s) of each repeat's "
         f"ratio: {report['goals']['sampled_of_raw']:.0%}); trained >= 95% of sampled "

@@ -47,5 +47,19 @@ class WrongObservationShape(gymnasium.Wrapper):
         return obs[:3], r, te, tr, info
 
 
+class SlowStep(gymnasium.Wrapper):
+    """CartPole that sleeps ``step_s`` seconds in every step: an emulator of known cost."""
+
+    def __init__(self, context: EnvContext, step_s: float = 0.005):
+        del context
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self._step_s = step_s
+
+    def step(self, action):
+        time.sleep(self._step_s)
+        return self.env.step(action)
+
+
 register("jaxflow/CrashAtStep-v0", CrashAtStep, "CartPole whose worker process exits (or hangs) at a chosen step; for fault tests")
 register("jaxflow/WrongObservationShape-v0", WrongObservationShape, "CartPole returning observations of the wrong shape; for bad-input tests")
+register("jaxflow/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per step; for timing tests")

@@ -49,7 +49,7 @@ from jaxflow.operators import (
 from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows, SumTree
 from jaxflow.replay_shards import ReplayBatch, ReplayShard, ReplayShards
 from jaxflow.run import train
-from jaxflow.workers import RolloutWorker, SampleBatch, WorkerCrashedError, WorkerSet, WorkerSpec, jax_actor
+from jaxflow.workers import RolloutWorker, SampleBatch, SampleTiming, WorkerCrashedError, WorkerSet, WorkerSpec, jax_actor
 
 __all__ = [
     "NOT_READY",
@@ -96,6 +96,7 @@ __all__ = [
     "ReportMetrics",
     "RolloutWorker",
     "SampleBatch",
+    "SampleTiming",
     "SelectExperiences",
     "StandardizeFields",
     "StoreToReplay",

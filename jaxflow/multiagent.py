@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import os
+import time
 from fractions import Fraction
 from typing import Any, Literal, Mapping, NamedTuple, Sequence
 
@@ -29,7 +30,17 @@ from jaxflow.config import NON_NEGATIVE, POSITIVE, ConfigError, param, require, 
 from jaxflow.iterators import Operator
 from jaxflow.metrics import Context, EpisodeWindow
 from jaxflow.networks import forward_packed, greedy_action
-from jaxflow.workers import RolloutWorker, SampleBatch, WorkerSet, WorkerSpec, concat_batches, sample_categorical, split_packed
+from jaxflow.workers import (
+    RolloutWorker,
+    SampleBatch,
+    SampleTiming,
+    WorkerSet,
+    WorkerSpec,
+    concat_batches,
+    sample_categorical,
+    split_packed,
+    sum_timings,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +158,8 @@ class MultiAgentBatch(NamedTuple):
     env_steps: int
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
+    timing: SampleTiming | None = None
+    """The worker's time for the whole fragment, all policies together."""
 
     @staticmethod
     def concat(batches: Sequence["MultiAgentBatch"]) -> "MultiAgentBatch":
@@ -155,6 +168,7 @@ class MultiAgentBatch(NamedTuple):
             sum(b.env_steps for b in batches),
             np.concatenate([b.episode_returns for b in batches]),
             np.concatenate([b.episode_lengths for b in batches]),
+            sum_timings([b.timing for b in batches]),
         )
 
 
@@ -190,6 +204,7 @@ class MultiAgentRolloutWorker:
         self._rng = np.random.default_rng(seed)
         self._obs = self.env.reset()
         self.env_steps = 0
+        self._policy_s = 0.0  # forward-pass waits of the fragment being sampled
         self.params: dict[str, Any] = {}
         self.weights_version: dict[str, int] = {}
 
@@ -210,12 +225,16 @@ class MultiAgentRolloutWorker:
         return np.concatenate([per_agent[a] for a in self.agents[pid]], axis=0)
 
     def _logits_values(self, pid: str, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return split_packed(self._forward[pid](self.params[pid], obs))
+        t0 = time.perf_counter()
+        out = split_packed(self._forward[pid](self.params[pid], obs))
+        self._policy_s += time.perf_counter() - t0
+        return out
 
     def sample(self) -> MultiAgentBatch:
         missing = sorted(set(self.policies) - set(self.params))
         if missing:
             raise RuntimeError(f"rollout worker {self.index}: sample() before the weights of {missing}")
+        start, env_s, self._policy_s = time.perf_counter(), 0.0, 0.0
         T, B = self.config.rollout_fragment_length, self.env.num_envs
         steps: dict[str, list[dict[str, np.ndarray]]] = {pid: [] for pid in self.policies}
         for t in range(T):
@@ -229,7 +248,9 @@ class MultiAgentRolloutWorker:
                     a, logp = ws.explore(self._rng, logits, ws.config, self.index, (self.env_steps + t * B) * len(self.agents[pid]))
                 steps[pid].append(dict(obs=obs, actions=a, logp=logp, logits=logits, values=values))
                 actions.update(zip(self.agents[pid], np.split(a, len(self.agents[pid]))))
+            t0 = time.perf_counter()
             step = self.env.step(actions)
+            env_s += time.perf_counter() - t0
             for pid, ws in self.policies.items():
                 r, term, trunc = (self._columns(pid, x) for x in (step.reward, step.terminated, step.truncated))
                 bootstrap = trunc & ~term
@@ -242,7 +263,8 @@ class MultiAgentRolloutWorker:
         batches = {pid: self._policy_batch(pid, steps[pid], episodes) for pid in self.policies}
         # All agents of an episode end together, so their arrays line up episode by episode.
         returns = np.sum([episodes[a][0] for a in self.env.agents], axis=0, dtype=np.float64)
-        return MultiAgentBatch(batches, T * B, returns, episodes[self.env.agents[0]][1])
+        timing = SampleTiming(time.perf_counter() - start, env_s, self._policy_s)
+        return MultiAgentBatch(batches, T * B, returns, episodes[self.env.agents[0]][1], timing)
 
     def _policy_batch(self, pid: str, steps: list[dict[str, np.ndarray]], episodes: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> SampleBatch:
         ws = self.policies[pid]

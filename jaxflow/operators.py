@@ -32,6 +32,7 @@ from jaxflow.workers import (
     GradientsResult,
     RolloutWorker,
     SampleBatch,
+    SampleTiming,
     WorkerSet,
     concat_batches,
     flatten_time_major,
@@ -39,11 +40,18 @@ from jaxflow.workers import (
 
 
 class RecordSampled(Operator):
-    """Counts a batch's env steps and episodes in the plan's metrics (used by ``ParallelRollouts``)."""
+    """Counts a batch's env steps and episodes in the plan's metrics (used by ``ParallelRollouts``),
+    and adds up the workers' :class:`~jaxflow.workers.SampleTiming` under ``info["sampler"]``
+    (seconds since the plan started: sampling, of which env steps and waiting for the policy)."""
 
     def __call__(self, batch: SampleBatch | GradientsResult, ctx: Context) -> Any:
         ctx.counters[ENV_STEPS_SAMPLED] += batch.env_steps
         ctx.record_episodes(batch.episode_returns, batch.episode_lengths)
+        timing = getattr(batch, "timing", None)
+        if timing is not None:
+            totals = ctx.info.setdefault("sampler", dict.fromkeys(SampleTiming._fields, 0.0))
+            for name, seconds in timing._asdict().items():
+                totals[name] += seconds
         return batch
 
 

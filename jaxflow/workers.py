@@ -55,6 +55,19 @@ class SampleBatch(NamedTuple):
     episode_lengths: np.ndarray
     weights_version: int
     """Learner version of the weights that acted."""
+    timing: "SampleTiming | None" = None
+    """Where the worker's time went while it sampled this fragment (None where not measured)."""
+
+
+class SampleTiming(NamedTuple):
+    """Seconds a rollout worker spent producing fragments: in all (``sample_s``, from the
+    call to the returned fragment, postprocessing included), of which stepping the
+    environments (``env_s``) and waiting for the policy's forward passes (``policy_s``);
+    the rest is the worker's own bookkeeping."""
+
+    sample_s: float
+    env_s: float
+    policy_s: float
 
 
 PER_ENV_FIELDS = ("last_obs", "bootstrap_value")
@@ -78,7 +91,14 @@ def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
         np.concatenate([b.episode_returns for b in batches]),
         np.concatenate([b.episode_lengths for b in batches]),
         min(b.weights_version for b in batches),
+        sum_timings([b.timing for b in batches]),
     )
+
+
+def sum_timings(timings: Sequence[SampleTiming | None]) -> SampleTiming | None:
+    """The sum of the measured timings, None if none was measured."""
+    measured = [t for t in timings if t is not None]
+    return SampleTiming(*map(sum, zip(*measured))) if measured else None
 
 
 def flatten_time_major(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -115,6 +135,8 @@ class GradientsResult(NamedTuple):
     episode_returns: np.ndarray
     episode_lengths: np.ndarray
     weights_version: int
+    timing: SampleTiming | None = None
+    """The worker's time sampling the fragment (not computing its gradients)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +208,8 @@ class RolloutWorker:
         """
         if self.params is None:
             raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
+        clock = time.perf_counter
+        start, env_s, policy_s = clock(), 0.0, 0.0
         cfg, T, B = self.config, self.config.rollout_fragment_length, self.env.num_envs
         obs = np.empty((T,) + self._obs.shape, self._obs.dtype)
         actions = np.empty((T, B), np.int32)
@@ -196,25 +220,35 @@ class RolloutWorker:
         out = self._forward(self.params, self._obs)
         for t in range(T):
             obs[t] = self._obs
+            t0 = clock()
             lg, v = split_packed(out)
+            t1 = clock()
+            policy_s += t1 - t0
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
                 a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B)
             if logits is None:
                 logits = np.empty((T,) + lg.shape, np.float32)
+            t0 = clock()
             step = self.env.step(a)
+            env_s += clock() - t0
             out = self._forward(self.params, step.obs)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
+                t0 = clock()
                 r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
+                policy_s += clock() - t0
             actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
             discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
             self._obs = step.obs
+        t0 = clock()
+        bootstrap_value = split_packed(out)[1]
+        policy_s += clock() - t0
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
-            discounts=discounts, bootstrap_value=split_packed(out)[1], last_obs=self._obs,
+            discounts=discounts, bootstrap_value=bootstrap_value, last_obs=self._obs,
         )
         self.env_steps += T * B
         if self._postprocess is not None:
@@ -222,7 +256,7 @@ class RolloutWorker:
         if self._encode is not None:
             traj = self._encode(traj, cfg)
         returns, lengths = self.env.pop_episodes()
-        return SampleBatch(traj, T * B, returns, lengths, self.weights_version)
+        return SampleBatch(traj, T * B, returns, lengths, self.weights_version, SampleTiming(clock() - start, env_s, policy_s))
 
     def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
         """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
@@ -231,7 +265,7 @@ class RolloutWorker:
         grads, metrics = jax.device_get((grads, metrics))
         return GradientsResult(
             grads, {k: float(v) for k, v in metrics.items()}, batch.env_steps,
-            batch.episode_returns, batch.episode_lengths, batch.weights_version,
+            batch.episode_returns, batch.episode_lengths, batch.weights_version, batch.timing,
         )
 
     def run_chain(self, method: str, fns: Sequence[Callable[..., Any]]) -> Any:

@@ -21,6 +21,8 @@ def test_warm_up_compiles_the_update_training_uses(ray_local, name, fields):
     assert per_iter == {"PPO": 1024, "A2C": 256}[name]
     assert [r["training_iteration"] for r in results] == [1, 2, 3]
     assert results[-1]["num_updates"] == 3 and results[-1]["num_weight_syncs"] == 3
+    sampler = results[-1]["sampler"]
+    assert 0 < sampler["env_s"] + sampler["policy_s"] <= sampler["sample_s"]
 
 
 def test_jax_actors_run_jax_on_the_cpu_whatever_the_job_asks(ray_local):

@@ -59,6 +59,8 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
         for _ in range(12):
             result = algo.train()
         ppo, dqn = result["policies"]["ppo"], result["policies"]["dqn"]
+        sampler = result["sampler"]  # one clock for the worker's whole multi-agent fragment
+        assert 0 < sampler["env_s"] + sampler["policy_s"] <= sampler["sample_s"] and sampler["policy_s"] > 0
         rounds = result["env_steps_sampled"] // (2 * 8 * 16)
         assert ppo["episode_return_mean"] > 6.0 and dqn["episode_return_mean"] > 6.0, result["policies"]
         # Up to 2 sampled rounds may still wait in a branch's duplicate() buffer when a result is

@@ -9,6 +9,7 @@ import numpy as np
 
 import envs
 from jaxflow import RolloutWorker, WorkerSpec, get_algorithm
+from jaxflow.workers import concat_batches
 from jaxflow.algorithm import build_learner
 
 
@@ -45,3 +46,22 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions():
             np.testing.assert_array_equal(step.obs, next_obs)
         assert truncations >= 6  # two time limits per copy per fragment: the bootstrap is exercised
     assert first.env_steps == second.env_steps == 36
+
+
+def test_sample_timing_splits_the_workers_time_between_env_and_policy():
+    # Every step of every copy sleeps 5 ms: the env's share is known from below, and the
+    # rest of the fragment (a small MLP's forward passes, bookkeeping) is far cheaper.
+    spec = get_algorithm("IMPALA")
+    config = spec.config_cls(env="jaxflow/SlowStep-v0", env_config={"step_s": 0.005}, num_workers=1,
+                             num_envs_per_worker=2, rollout_fragment_length=10, seed=0)
+    network, learner = build_learner(config, spec)
+    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker.set_weights(learner.get_weights(), 0)
+    worker.sample()  # compiles the forward pass
+    timing = worker.sample().timing
+    assert timing.env_s >= 2 * 10 * 0.005
+    assert timing.policy_s > 0.0
+    assert timing.env_s + timing.policy_s <= timing.sample_s
+    assert timing.env_s / timing.sample_s > 0.6
+    both = concat_batches([worker.sample(), worker.sample()]).timing
+    assert both.env_s >= 2 * 2 * 10 * 0.005 and both.sample_s >= both.env_s + both.policy_s
