@@ -47,10 +47,9 @@ class RecordSampled(Operator):
     def __call__(self, batch: SampleBatch | GradientsResult, ctx: Context) -> Any:
         ctx.counters[ENV_STEPS_SAMPLED] += batch.env_steps
         ctx.record_episodes(batch.episode_returns, batch.episode_lengths)
-        timing = getattr(batch, "timing", None)
-        if timing is not None:
+        if batch.timing is not None:
             totals = ctx.info.setdefault("sampler", dict.fromkeys(SampleTiming._fields, 0.0))
-            for name, seconds in timing._asdict().items():
+            for name, seconds in batch.timing._asdict().items():
                 totals[name] += seconds
         return batch
 

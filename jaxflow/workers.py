@@ -222,8 +222,7 @@ class RolloutWorker:
             obs[t] = self._obs
             t0 = clock()
             lg, v = split_packed(out)
-            t1 = clock()
-            policy_s += t1 - t0
+            policy_s += clock() - t0
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
