@@ -1,10 +1,16 @@
-"""Learner update time on the CPU for the convolutional Atari losses: the ``Learner``
-(which steps minibatch by minibatch from the host when the loss has convolutions and the
-device is a CPU) against the same update compiled as one ``lax.scan`` over the SGD steps
-(``jaxflow.learner.sgd_update`` under ``jit``), measured in the same run on the same batch.
+"""Learner update time on the CPU for the convolutional Atari losses, three ways, measured in
+the same run from the same state on the same batch:
 
-XLA:CPU computes a convolution's weight gradient inside a loop body far slower than
-outside one (jax-ml/jax#12868); this measures what stepping from the host recovers.
+- ``xla_scan``: the Nature CNN with XLA's convolutions, all SGD steps compiled as one
+  ``lax.scan`` (``jaxflow.learner.sgd_update`` under ``jit``): the baseline;
+- ``xla_host``: the same network in a ``jaxflow.Learner``, which steps a loss with
+  convolutions minibatch by minibatch from the host on the CPU (XLA:CPU computes a
+  convolution's weight gradient inside a loop body far slower than outside one,
+  jax-ml/jax#12868);
+- ``learner``: the algorithm's own network in a ``Learner``: the Nature CNN computes its
+  convolutions as matrix products on the CPU (``jaxflow.networks.cpu_matmul_conv``), so its
+  SGD steps stay in the scan.
+
 Writes ``results/learner_update.json`` and ``.md`` and prints the report.
 """
 
@@ -70,62 +76,76 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - t0
 
 
+VARIANTS = ("xla_scan", "xla_host", "learner")
+
+
 def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
     algo, make_batch = CASES[name]
     spec = get_algorithm(algo)
     config = spec.config_cls(env=ENV, seed=seed)
     network, learner = build_learner(config, spec)
+    xla_network = network.clone(conv=jax.lax.conv_general_dilated)
+    _, xla_learner = build_learner(config, spec, network=xla_network)
     num_epochs, minibatch_size = spec.sgd(config)
-    # The baseline: the same loss, optimizer and SGD steps as one compiled scan.
-    loss_fn = functools.partial(spec.loss, apply_fn=network.apply, config=config)
+    loss_fn = functools.partial(spec.loss, apply_fn=xla_network.apply, config=config)
     scan = jax.jit(functools.partial(sgd_update, loss_fn, make_optimizer(config.lr, config.max_grad_norm),
                                      num_epochs, minibatch_size))
     batch = make_batch(np.random.default_rng(seed), config)
     start = learner.get_state()
 
-    log(f"{name}: compiling both")
-    first_scan = timed(lambda: scan(start, batch))
-    first_learner = timed(lambda: learner.update(batch))
-    # Both from the same state: the host loop must reach the scan's parameters.
-    learner.set_state(start)
-    learner.update(batch)
-    expected, _ = scan(start, batch)
-    leaves = jax.tree_util.tree_leaves
-    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(learner.get_weights()), leaves(jax.device_get(expected.params))))
+    def from_start(learner: Any) -> Callable[[], Any]:
+        def update() -> Any:
+            learner.set_state(start)
+            return learner.update(batch)
+        return update
 
-    scan_s, learner_s = [], []
-    for i in range(repeats):  # interleaved, so drift hits both
+    runs = {"xla_scan": lambda: scan(start, batch)[0].params, "xla_host": from_start(xla_learner), "learner": from_start(learner)}
+    log(f"{name}: compiling all three")
+    first = {k: timed(fn) for k, fn in runs.items()}
+    # All from the same state: the learners must reach the baseline's parameters.
+    leaves = jax.tree_util.tree_leaves
+    expected = leaves(jax.device_get(runs["xla_scan"]()))
+    diffs = {}
+    for k, lrn in (("xla_host", xla_learner), ("learner", learner)):
+        runs[k]()
+        diffs[k] = max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(lrn.get_weights()), expected))
+
+    seconds: dict[str, list[float]] = {k: [] for k in VARIANTS}
+    for i in range(repeats):  # interleaved, so drift hits all three
         log(f"{name}: repeat {i + 1}/{repeats}")
-        scan_s.append(timed(lambda: scan(start, batch)))
-        learner_s.append(timed(lambda: learner.update(batch)))
+        for k in VARIANTS:
+            seconds[k].append(timed(runs[k]))
+    medians = {k: statistics.median(v) for k, v in seconds.items()}
     n = len(next(iter(batch.values())))
     return {
-        "algorithm": name, "loop": learner.loop, "samples": n * (batch["obs"].shape[1] if name == "IMPALA" else 1),
+        "algorithm": name, "loops": {"xla_host": xla_learner.loop, "learner": learner.loop},
+        "samples": n * (batch["obs"].shape[1] if name == "IMPALA" else 1),
         "sgd_steps": num_epochs * (n // (minibatch_size or n)),
-        "scan_s": scan_s, "learner_s": learner_s,
-        "scan_median_s": statistics.median(scan_s), "learner_median_s": statistics.median(learner_s),
-        "speedup": statistics.median(scan_s) / statistics.median(learner_s),
-        "first_call_scan_s": first_scan, "first_call_learner_s": first_learner,
-        "max_param_diff": diff,
+        "seconds": seconds, "median_s": medians, "first_call_s": first, "max_param_diff": diffs,
+        "speedup_vs_xla_scan": medians["xla_scan"] / medians["learner"],
+        "speedup_vs_xla_host": medians["xla_host"] / medians["learner"],
     }
 
 
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
-        "# Learner update on the CPU: host-stepped minibatches vs one compiled scan",
+        "# Learner update on the CPU: XLA convolutions in a scan, XLA convolutions stepped from the host, "
+        "the Learner with the Nature CNN's matrix-product convolutions",
         "",
         f"{report['time']} · {m['cpu_count']} CPUs ({m['cpu_model']}) · jax {m['jax']} on {m['jax_backend']} · "
         f"{ENV}, Nature CNN · median of {report['args']['repeats']} updates each, interleaved",
         "",
-        "| algorithm | samples | SGD steps | Learner loop | scan (s/update) | Learner (s/update) | speed-up | first call scan / Learner (s) | max param diff |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| algorithm | samples | SGD steps | XLA conv, scan (s) | XLA conv, host loop (s) | Learner (s, loop) "
+        "| vs scan | vs host loop | first calls (s) | max param diff host / Learner |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
+        med, first, diff = r["median_s"], r["first_call_s"], r["max_param_diff"]
         lines.append(
-            f"| {r['algorithm']} | {r['samples']} | {r['sgd_steps']} | {r['loop']} | {r['scan_median_s']:.2f} "
-            f"| {r['learner_median_s']:.2f} | {r['speedup']:.1f}x | {r['first_call_scan_s']:.1f} / {r['first_call_learner_s']:.1f} "
-            f"| {r['max_param_diff']:.1e} |"
+            f"| {r['algorithm']} | {r['samples']} | {r['sgd_steps']} | {med['xla_scan']:.2f} | {med['xla_host']:.2f} "
+            f"| {med['learner']:.2f} ({r['loops']['learner']}) | {r['speedup_vs_xla_scan']:.1f}x | {r['speedup_vs_xla_host']:.1f}x "
+            f"| {' / '.join(f'{first[k]:.1f}' for k in VARIANTS)} | {diff['xla_host']:.1e} / {diff['learner']:.1e} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -177,11 +177,13 @@ def multiagent_algorithms() -> list[str]:
     return sorted(spec.name for spec in _ALGORITHMS.values() if spec.flow is not None)
 
 
-def build_learner(config: Any, spec: AlgorithmSpec, spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None) -> tuple[Any, Learner]:
+def build_learner(config: Any, spec: AlgorithmSpec, spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None,
+                  network: Any = None) -> tuple[Any, Learner]:
     """The network and a freshly initialised learner for ``config`` (no Ray needed), for the
-    spaces of ``config.env`` or the given ``(observation, action)`` spaces."""
+    spaces of ``config.env`` or the given ``(observation, action)`` spaces; ``network``
+    replaces the algorithm's own (e.g. the same one with another convolution)."""
     obs_space, action_space = spaces or _spaces(config)
-    network = spec.network(config, obs_space.shape, int(action_space.n))
+    network = network or spec.network(config, obs_space.shape, int(action_space.n))
     params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
     num_epochs, minibatch_size = spec.sgd(config)
     learner = Learner(

@@ -12,6 +12,7 @@ from jaxflow.networks import (
     ConvQNetwork,
     ImpalaResNet,
     NatureCNN,
+    cpu_matmul_conv,
     forward_packed,
 )
 
@@ -106,3 +107,62 @@ def test_rgb_stacks_and_unknown_torso():
     assert logits.shape == (2, A) and value.shape == (2,)
     with pytest.raises(ValueError, match="impala"):
         ConvQNetwork(A, torso="resnet50").init(jax.random.PRNGKey(0), rgb[..., 0])
+
+
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+@pytest.mark.parametrize(
+    "x_shape, k_shape, strides, padding",
+    [
+        ((3, 84, 84, 4), (8, 8, 4, 32), (4, 4), "VALID"),  # Nature conv1
+        ((3, 20, 20, 32), (4, 4, 32, 64), (2, 2), "VALID"),  # Nature conv2
+        ((2, 11, 13, 5), (3, 3, 5, 7), (1, 1), "SAME"),
+        ((2, 10, 9, 3), (3, 2, 3, 4), (2, 3), "SAME"),  # odd sizes, uneven strides and kernel
+        ((2, 9, 9, 3), (2, 3, 3, 4), (1, 2), ((1, 2), (0, 3))),  # explicit, asymmetric padding
+    ],
+)
+def test_cpu_matmul_conv_equals_xla_convolution_with_gradients(x_shape, k_shape, strides, padding):
+    rng = np.random.default_rng(1)
+    x, k = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in (x_shape, k_shape))
+    g_out = None
+
+    def run(conv):
+        nonlocal g_out
+        fn = lambda x, k: conv(x, k, strides, padding, dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, k.shape, DN))
+        y, vjp = jax.vjp(jax.jit(fn), x, k)
+        g_out = rng.normal(size=y.shape).astype(np.float32) if g_out is None else g_out
+        return (y, *vjp(jnp.asarray(g_out)))
+
+    expected = run(jax.lax.conv_general_dilated)
+    got = run(cpu_matmul_conv)
+    for name, e, g in zip(("output", "input gradient", "kernel gradient"), expected, got):
+        assert g.shape == e.shape, name
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(e))), err_msg=name)
+
+
+def test_cpu_matmul_conv_keeps_xla_convolution_for_dilation_groups_and_other_layouts():
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(2, 12, 12, 4)), jnp.float32)
+    cases = [
+        (jnp.ones((3, 3, 4, 6)), dict(rhs_dilation=(2, 2), dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, (3, 3, 4, 6), DN))),
+        (jnp.ones((3, 3, 2, 6)), dict(feature_group_count=2, dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, (3, 3, 2, 6), DN))),
+        (jnp.ones((6, 12, 3, 3)), dict()),  # lax's default NCHW / OIHW layout
+    ]
+    for k, kwargs in cases:
+        fn = lambda x, k, conv: conv(x, k, (1, 1), "VALID", **kwargs)
+        assert "stablehlo.convolution" in jax.jit(fn, static_argnums=2).lower(x, k, cpu_matmul_conv).as_text()
+        np.testing.assert_allclose(fn(x, k, cpu_matmul_conv), fn(x, k, jax.lax.conv_general_dilated), rtol=1e-6)
+
+
+def test_nature_cnn_is_matrix_products_on_the_cpu_with_xla_convolution_results(obs):
+    fast = ConvActorCritic(A)
+    xla = ConvActorCritic(A, conv=jax.lax.conv_general_dilated)
+    params = fast.init(jax.random.PRNGKey(0), obs)
+    assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(xla.init(jax.random.PRNGKey(0), obs))
+    assert "stablehlo.convolution" not in jax.jit(fast.apply).lower(params, obs).as_text()
+    assert "stablehlo.convolution" in jax.jit(xla.apply).lower(params, obs).as_text()
+    for got, expected in zip(jax.jit(fast.apply)(params, obs), jax.jit(xla.apply)(params, obs)):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    # The default ImpalaResNet keeps XLA's convolution (matrix products measured slower for it).
+    resnet = ConvActorCritic(A, "impala")
+    assert "stablehlo.convolution" in jax.jit(resnet.apply).lower(resnet.init(jax.random.PRNGKey(0), obs), obs).as_text()
