@@ -54,5 +54,5 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
 
 APPO = register_algorithm(
     AlgorithmSpec("APPO", APPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_sequences),
-                  device=IMPALA.device)
+                  encode=IMPALA.encode, device=IMPALA.device)
 )

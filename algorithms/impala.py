@@ -29,6 +29,7 @@ from jaxflow import (
 )
 from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.device import ToDevice, device_data
+from jaxflow.transitions import encode_stacks
 from jaxflow.workers import PER_ENV_FIELDS
 
 Array = jax.Array
@@ -63,6 +64,10 @@ class IMPALAConfig(CommonConfig):
     """Train batches already transferred to the learner's devices ahead of the learner thread."""
     min_env_steps_per_iteration: int = param(10_000, NON_NEGATIVE)
     """Env steps sampled per reported training iteration."""
+    send_frames_once: bool = param(True)
+    """Frame-stack observations ([k, H, W], k >= 2) travel from the actors to the learner as
+    each frame once (k times fewer bytes through the object store and to the devices), and
+    the learner rebuilds the stacks on its devices (see ``jaxflow.transitions.encode_stacks``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -91,6 +96,32 @@ def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
     return {k: traj[k] for k in keep}
 
 
+def encode(traj: Mapping[str, Any], config: IMPALAConfig) -> dict[str, Any]:
+    """Worker-side, on the host: frame stacks as ``frames`` and ``stack_index`` in place of
+    ``obs`` and ``last_obs`` (with ``send_frames_once``; see :func:`rebuild_stacks`)."""
+    obs = traj["obs"]
+    if not config.send_frames_once or obs.ndim != 5 or obs.shape[2] < 2:
+        return dict(traj)
+    frames, index = encode_stacks(obs, traj["last_obs"])
+    rest = {k: v for k, v in traj.items() if k not in ("obs", "last_obs")}
+    return {**rest, "frames": frames, "stack_index": index}
+
+
+def rebuild_stacks(frames: Array, stack_index: Array) -> Array:
+    """Batch-major frame stacks ``[B, T + 1, k, H, W]`` (the fragment's observations, then
+    the one after it) from ``frames [B, T + k, H, W]`` and ``stack_index [B, T + 1, k]`` as
+    ``jaxflow.transitions.encode_stacks`` makes them (time-major there); index -1 is an
+    all-zero frame."""
+    chex.assert_rank([frames, stack_index], [4, 3])
+    chex.assert_equal_shape_prefix([frames, stack_index], 1)
+
+    def one_sequence(f: Array, idx: Array) -> Array:
+        stacks = f[jnp.maximum(idx, 0)]
+        return jnp.where((idx >= 0)[..., None, None], stacks, jnp.zeros((), f.dtype))
+
+    return jax.vmap(one_sequence)(frames, stack_index)
+
+
 def batch_major(data: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
     """A fragment's fields (``[T, B, ...]``, numpy or JAX) as the learner takes them:
     sequences along the leading axis, ``[B, T, ...]``, so the learner can shard and split
@@ -102,10 +133,12 @@ def batch_major(data: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
 def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -> tuple[Array, Array, Array]:
     """Time-major ``logp(a_t|x_t)``, entropy ``[T, B]`` under ``params`` and values ``[T + 1, B]``
     (the last is the bootstrap value of the observation after the fragment)."""
-    obs, last_obs = batch["obs"], batch["last_obs"]
-    B, T = obs.shape[:2]
-    all_obs = jnp.concatenate([obs, last_obs[:, None]], axis=1)
-    logits, values = apply_fn(params, all_obs.reshape((B * (T + 1),) + obs.shape[2:]))
+    if "frames" in batch:
+        all_obs = rebuild_stacks(batch["frames"], batch["stack_index"])
+    else:
+        all_obs = jnp.concatenate([batch["obs"], batch["last_obs"][:, None]], axis=1)
+    B, T = batch["actions"].shape
+    logits, values = apply_fn(params, all_obs.reshape((B * (T + 1),) + all_obs.shape[2:]))
     logits = jnp.swapaxes(logits.reshape(B, T + 1, -1), 0, 1)[:-1]
     values = jnp.swapaxes(values.reshape(B, T + 1), 0, 1)
     dist = distrax.Categorical(logits=logits)
@@ -151,5 +184,5 @@ def plan(workers, learner, config: IMPALAConfig):
 
 
 IMPALA = register_algorithm(
-    AlgorithmSpec("IMPALA", IMPALAConfig, loss, plan, postprocess, device=DeviceSpec(prepare=batch_major))
+    AlgorithmSpec("IMPALA", IMPALAConfig, loss, plan, postprocess, encode=encode, device=DeviceSpec(prepare=batch_major))
 )

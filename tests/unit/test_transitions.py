@@ -11,6 +11,7 @@ from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows
 from jaxflow.transitions import (
     decode_rows,
     encode_fragment,
+    encode_stacks,
     rows_to_invalidate,
 )
 from jaxflow.workers import SampleBatch, concat_batches
@@ -331,7 +332,7 @@ def frames(*values):
     return np.stack([np.full((2, 3), v, np.uint8) for v in values])
 
 
-def encode_stacks(stacks):
+def encode_one_env(stacks):
     """Encodes observations ``[T+1, 4, 2, 3]`` of one env with trivial transitions."""
     obs = np.stack(stacks)[:, None]
     num_steps = len(stacks) - 1
@@ -344,7 +345,7 @@ def encode_stacks(stacks):
 
 def test_reset_stack_of_one_frame_costs_one_row_and_distinct_frames_four():
     f, g, a, b, c, d, e, h = range(1, 9)
-    rows, priorities = encode_stacks(
+    rows, priorities = encode_one_env(
         [frames(f, f, f, f), frames(f, f, f, g), frames(a, b, c, d), frames(b, c, d, e), frames(h, h, h, h)]
     )
     # 1 (reset) + 1 (shift) + 4 (distinct reset) + 1 (shift) + 1 (reset) rows.
@@ -359,7 +360,7 @@ def test_reset_stack_of_one_frame_costs_one_row_and_distinct_frames_four():
 
 def test_repeated_frames_inside_a_reset_stack_share_rows():
     a, b, c = 1, 2, 3
-    rows, priorities = encode_stacks([frames(a, a, b, c), frames(a, b, c, c)])
+    rows, priorities = encode_one_env([frames(a, a, b, c), frames(a, b, c, c)])
     assert len(priorities) == 4  # a, b, c, then the shift's newest frame (c again: shifts store it).
     np.testing.assert_array_equal(rows["stack"][2], [2, 2, 1, 0])
     decoded = decode_rows(rows, np.array([2]), 4)
@@ -439,3 +440,69 @@ def test_decode_rejects_mismatched_frame_stack_and_slots():
     assert len(rows["frame"]) == 10  # Zero frames: every obs a shift of the one before.
     with pytest.raises(ValueError, match=r"indices must be slots in \[0, 10\)"):
         decode_rows(rows, np.array([10]), 4)
+
+
+# --- encode_stacks: on-policy fragments as single frames -----------------------------------
+
+
+def rebuilt(frames, index):
+    """Stacks ``[T+1, B, k, ...]`` from encode_stacks' output, in numpy (the learner's is JAX)."""
+    b = np.arange(index.shape[1])[None, :, None]
+    stacks = frames[np.maximum(index, 0), b]
+    stacks[index < 0] = 0
+    return stacks
+
+
+def test_encode_stacks_hand_checked_shift_repeat_and_zero_padded_resets():
+    a, b, c, d, e, f, g, h, p, q, r, s_, u = range(1, 14)
+    env0 = [frames(a, b, c, d), frames(b, c, d, e), frames(f, f, f, f), frames(f, f, f, g), frames(f, f, g, h)]
+    env1 = [frames(0, 0, 0, p), frames(0, 0, p, q), frames(0, 0, 0, r), frames(0, 0, r, s_), frames(0, r, s_, u)]
+    stacks = np.stack([np.stack(env0), np.stack(env1)], axis=1)  # [T+1 = 5, B = 2, 4, 2, 3]
+    got_frames, index = encode_stacks(stacks[:-1], stacks[-1])
+    assert got_frames.shape == (4 + 4, 2, 2, 3) and got_frames.dtype == np.uint8 and index.dtype == np.int16
+    np.testing.assert_array_equal(got_frames[:, 0, 0, 0], [a, b, c, d, e, f, g, h])
+    np.testing.assert_array_equal(got_frames[:, 1, 0, 0], [0, 0, 0, p, q, r, s_, u])
+    # env 0: a shift, gymnasium's reset [f, f, f, f] (its newest frame, position 5, four times), shifts.
+    np.testing.assert_array_equal(index[:, 0], [[0, 1, 2, 3], [1, 2, 3, 4], [5, 5, 5, 5], [5, 5, 5, 6], [5, 5, 6, 7]])
+    # env 1: ale-py's zero-padded reset at t=2; its first zero frame matches the one shifted in.
+    np.testing.assert_array_equal(index[:, 1], [[0, 1, 2, 3], [1, 2, 3, 4], [2, -1, -1, 5], [-1, -1, 5, 6], [-1, 5, 6, 7]])
+    np.testing.assert_array_equal(rebuilt(got_frames, index), stacks)
+
+
+def test_encode_stacks_refuses_stacks_it_cannot_rebuild_and_bad_shapes():
+    a, b, c, d, x = 1, 2, 3, 4, 9
+    stacks = np.stack([frames(a, b, c, d), frames(x, c, d, a)])[:, None]  # frame 0 of t=1 comes from nowhere
+    with pytest.raises(ValueError, match=r"Frame 0 of observation 1 of environment 0 .*send_frames_once=False"):
+        encode_stacks(stacks[:1], stacks[1])
+    with pytest.raises(ValueError, match=r"obs \[T, B, k, \*frame_shape\] with k >= 2"):
+        encode_stacks(np.zeros((3, 2, 1, 4, 4), np.uint8), np.zeros((2, 1, 4, 4), np.uint8))
+    with pytest.raises(ValueError, match="last_obs"):
+        encode_stacks(np.zeros((3, 2, 4, 4, 4), np.uint8), np.zeros((1, 4, 4, 4), np.uint8))
+
+
+@pytest.mark.parametrize("vector_env", ["python", "ale"])
+def test_encode_stacks_round_trips_real_atari_fragments_with_resets(vector_env):
+    import envs as jaxflow_envs
+
+    num_envs, T = 3, 32
+    # 60 agent steps per episode (240 frames), so a fragment crosses about one reset per env.
+    config = {"max_num_frames_per_episode": 240}
+    if vector_env == "ale":
+        env = jaxflow_envs.ALEVectorEnv("ALE/Pong-v5", num_envs, 0, config, 0, 0, 1)
+    else:
+        env = jaxflow_envs.VectorEnv("ALE/Pong-v5", num_envs, 0, config, 0, 0)
+    rng = np.random.default_rng(0)
+    obs, resets, zero_frames = env.reset(), 0, 0
+    for _ in range(4):
+        fragment = np.empty((T,) + obs.shape, obs.dtype)
+        for t in range(T):
+            fragment[t] = obs
+            step = env.step(rng.integers(0, 6, num_envs).astype(np.int32))
+            obs, resets = step.obs, resets + int((step.terminated | step.truncated).sum())
+        got_frames, index = encode_stacks(fragment, obs)
+        np.testing.assert_array_equal(rebuilt(got_frames, index), np.concatenate([fragment, obs[None]]))
+        assert got_frames.nbytes == (T + 4) * num_envs * ATARI_FRAME_BYTES  # vs (T + 1) * 4 frames as stacks
+        zero_frames += int((index < 0).sum())
+    assert resets >= num_envs
+    # gymnasium repeats a reset's first frame; ale-py's vector env zero-pads, which the index marks -1.
+    assert (zero_frames > 0) == (vector_env == "ale")

@@ -1,6 +1,8 @@
 """V-trace targets and advantages (IMPALA, APPO): hand-checked numbers, an independent
 numpy recursion, rlax per sequence, jit and no jit, termination vs truncation."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +11,7 @@ import rlax
 
 from algorithms.appo import APPOConfig
 from algorithms.appo import loss as appo_loss
-from algorithms.impala import IMPALAConfig, batch_major, loss, vtrace
+from algorithms.impala import IMPALAConfig, batch_major, encode, loss, vtrace
 from jaxflow.networks import MLPActorCritic
 from jaxflow.workers import SampleBatch, concat_batches
 
@@ -119,3 +121,36 @@ def test_losses_on_policy_reduce_to_actor_critic_with_bootstrapped_returns(algo)
     np.testing.assert_allclose(float(metrics["value_loss"]), 0.5 * np.mean((ret - v[:-1]) ** 2), rtol=1e-4)
     if algo == "APPO":
         assert float(metrics["clip_fraction"]) == 0.0  # ratio is exactly 1 on-policy
+
+
+@pytest.mark.parametrize("algo", ["IMPALA", "APPO"])
+def test_frames_sent_once_give_the_same_loss_and_gradients_as_whole_stacks(algo):
+    """The worker's encode (frame stacks as single frames) and the learner's rebuild on the
+    device change nothing the loss sees: a fragment with a gymnasium-style reset in env 0
+    and an ale-py-style zero-padded reset in env 1."""
+    T, B, k = 5, 2, 4
+    rng = np.random.default_rng(3)
+    seq = rng.integers(1, 256, (T + k, B, 3, 3), dtype=np.uint8)  # the newest frames, nonzero
+    t, frame_t = np.arange(T + 1)[:, None], np.arange(T + 1)[:, None] + np.arange(k)  # [T+1, k]
+    stacks = np.empty((T + 1, B, k, 3, 3), np.uint8)
+    # env 0: a new episode at t=3 whose first frame fills its stack; env 1: one at t=2, zero-padded.
+    stacks[:, 0] = seq[np.where(t >= 3, np.maximum(frame_t, 3 + k - 1), frame_t), 0]
+    stacks[:, 1] = np.where(((t >= 2) & (frame_t < 2 + k - 1))[..., None, None], 0, seq[frame_t, 1])
+    data = dict(
+        obs=stacks[:-1], last_obs=stacks[-1], actions=rng.integers(0, 3, (T, B)).astype(np.int32),
+        logp=np.log(rng.uniform(0.2, 0.5, (T, B))).astype(np.float32), rewards=rng.normal(size=(T, B)).astype(np.float32),
+        discounts=np.float32(0.99) * (rng.uniform(size=(T, B)) > 0.2),
+    )
+    config, fn = (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
+    encoded = encode(data, config)
+    assert set(encoded) == set(data) - {"obs", "last_obs"} | {"frames", "stack_index"}
+    assert encoded["frames"].shape == (T + k, B, 3, 3) and (encoded["stack_index"] == -1).any()
+    assert encode(data, dataclasses.replace(config, send_frames_once=False)).keys() == data.keys()
+    net = MLPActorCritic(3, (8,), obs_ndim=3)
+    params = net.init(jax.random.PRNGKey(0), stacks[0])
+    grad = jax.jit(jax.grad(lambda p, batch: fn(p, batch, None, apply_fn=net.apply, config=config), has_aux=True))
+    g_stacks, m_stacks = grad(params, batch_major(data))
+    g_frames, m_frames = grad(params, batch_major(encoded))
+    for name in m_stacks:
+        np.testing.assert_array_equal(m_frames[name], m_stacks[name], err_msg=name)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, g_frames, g_stacks)
