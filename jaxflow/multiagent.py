@@ -34,6 +34,7 @@ from jaxflow.workers import (
     RolloutWorker,
     SampleBatch,
     SampleTiming,
+    Stopwatch,
     WorkerSet,
     WorkerSpec,
     concat_batches,
@@ -204,7 +205,6 @@ class MultiAgentRolloutWorker:
         self._rng = np.random.default_rng(seed)
         self._obs = self.env.reset()
         self.env_steps = 0
-        self._policy_s = 0.0  # forward-pass waits of the fragment being sampled
         self.params: dict[str, Any] = {}
         self.weights_version: dict[str, int] = {}
 
@@ -224,53 +224,51 @@ class MultiAgentRolloutWorker:
     def _columns(self, pid: str, per_agent: Mapping[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([per_agent[a] for a in self.agents[pid]], axis=0)
 
-    def _logits_values(self, pid: str, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        t0 = time.perf_counter()
-        out = split_packed(self._forward[pid](self.params[pid], obs))
-        self._policy_s += time.perf_counter() - t0
-        return out
+    def _logits_values(self, pid: str, obs: np.ndarray, policy_watch: Stopwatch) -> tuple[np.ndarray, np.ndarray]:
+        with policy_watch:
+            return split_packed(self._forward[pid](self.params[pid], obs))
 
     def sample(self) -> MultiAgentBatch:
         missing = sorted(set(self.policies) - set(self.params))
         if missing:
             raise RuntimeError(f"rollout worker {self.index}: sample() before the weights of {missing}")
-        start, env_s, self._policy_s = time.perf_counter(), 0.0, 0.0
+        start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
         T, B = self.config.rollout_fragment_length, self.env.num_envs
         steps: dict[str, list[dict[str, np.ndarray]]] = {pid: [] for pid in self.policies}
         for t in range(T):
             actions: dict[str, np.ndarray] = {}
             for pid, ws in self.policies.items():
                 obs = self._columns(pid, self._obs)
-                logits, values = self._logits_values(pid, obs)
+                logits, values = self._logits_values(pid, obs, policy_watch)
                 if ws.explore is None:
                     a, logp = sample_categorical(self._rng, logits)
                 else:
                     a, logp = ws.explore(self._rng, logits, ws.config, self.index, (self.env_steps + t * B) * len(self.agents[pid]))
                 steps[pid].append(dict(obs=obs, actions=a, logp=logp, logits=logits, values=values))
                 actions.update(zip(self.agents[pid], np.split(a, len(self.agents[pid]))))
-            t0 = time.perf_counter()
-            step = self.env.step(actions)
-            env_s += time.perf_counter() - t0
+            with env_watch:
+                step = self.env.step(actions)
             for pid, ws in self.policies.items():
                 r, term, trunc = (self._columns(pid, x) for x in (step.reward, step.terminated, step.truncated))
                 bootstrap = trunc & ~term
                 if bootstrap.any():
-                    r = r + ws.config.gamma * bootstrap * self._logits_values(pid, self._columns(pid, step.final_obs))[1]
+                    r = r + ws.config.gamma * bootstrap * self._logits_values(pid, self._columns(pid, step.final_obs), policy_watch)[1]
                 steps[pid][-1].update(rewards=r.astype(np.float32), discounts=(ws.config.gamma * ~(term | trunc)).astype(np.float32))
             self._obs = step.obs
         self.env_steps += T * B
         episodes = self.env.pop_episodes()
-        batches = {pid: self._policy_batch(pid, steps[pid], episodes) for pid in self.policies}
+        batches = {pid: self._policy_batch(pid, steps[pid], episodes, policy_watch) for pid in self.policies}
         # All agents of an episode end together, so their arrays line up episode by episode.
         returns = np.sum([episodes[a][0] for a in self.env.agents], axis=0, dtype=np.float64)
-        timing = SampleTiming(time.perf_counter() - start, env_s, self._policy_s)
+        timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
         return MultiAgentBatch(batches, T * B, returns, episodes[self.env.agents[0]][1], timing)
 
-    def _policy_batch(self, pid: str, steps: list[dict[str, np.ndarray]], episodes: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> SampleBatch:
+    def _policy_batch(self, pid: str, steps: list[dict[str, np.ndarray]], episodes: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                      policy_watch: Stopwatch) -> SampleBatch:
         ws = self.policies[pid]
         last_obs = self._columns(pid, self._obs)
         traj = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
-        traj.update(bootstrap_value=self._logits_values(pid, last_obs)[1], last_obs=last_obs)
+        traj.update(bootstrap_value=self._logits_values(pid, last_obs, policy_watch)[1], last_obs=last_obs)
         if pid in self._postprocess:
             traj = jax.device_get(self._postprocess[pid](traj))
         if ws.encode is not None:

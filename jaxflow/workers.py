@@ -70,6 +70,29 @@ class SampleTiming(NamedTuple):
     policy_s: float
 
 
+class Stopwatch:
+    """Adds up the seconds spent inside ``with`` blocks: a worker's time in its envs and in
+    waits for the policy, for :class:`SampleTiming`.
+
+    Example:
+        >>> env_watch = Stopwatch()
+        >>> with env_watch:
+        ...     step = env.step(actions)  # doctest: +SKIP
+        >>> env_watch.seconds  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> "Stopwatch":
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds += time.perf_counter() - self._start
+
+
 PER_ENV_FIELDS = ("last_obs", "bootstrap_value")
 """Fragment fields with one entry per environment (``[B, ...]``), not per step (``[T, B, ...]``)."""
 
@@ -208,8 +231,7 @@ class RolloutWorker:
         """
         if self.params is None:
             raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
-        clock = time.perf_counter
-        start, env_s, policy_s = clock(), 0.0, 0.0
+        start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
         cfg, T, B = self.config, self.config.rollout_fragment_length, self.env.num_envs
         obs = np.empty((T,) + self._obs.shape, self._obs.dtype)
         actions = np.empty((T, B), np.int32)
@@ -220,31 +242,27 @@ class RolloutWorker:
         out = self._forward(self.params, self._obs)
         for t in range(T):
             obs[t] = self._obs
-            t0 = clock()
-            lg, v = split_packed(out)
-            policy_s += clock() - t0
+            with policy_watch:
+                lg, v = split_packed(out)
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
                 a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B)
             if logits is None:
                 logits = np.empty((T,) + lg.shape, np.float32)
-            t0 = clock()
-            step = self.env.step(a)
-            env_s += clock() - t0
+            with env_watch:
+                step = self.env.step(a)
             out = self._forward(self.params, step.obs)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
-                t0 = clock()
-                r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
-                policy_s += clock() - t0
+                with policy_watch:
+                    r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
             actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
             discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
             self._obs = step.obs
-        t0 = clock()
-        bootstrap_value = split_packed(out)[1]
-        policy_s += clock() - t0
+        with policy_watch:
+            bootstrap_value = split_packed(out)[1]
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
             discounts=discounts, bootstrap_value=bootstrap_value, last_obs=self._obs,
@@ -255,7 +273,7 @@ class RolloutWorker:
         if self._encode is not None:
             traj = self._encode(traj, cfg)
         returns, lengths = self.env.pop_episodes()
-        return SampleBatch(traj, T * B, returns, lengths, self.weights_version, SampleTiming(clock() - start, env_s, policy_s))
+        return SampleBatch(traj, T * B, returns, lengths, self.weights_version, SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds))
 
     def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
         """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
