@@ -92,8 +92,9 @@ def ToDevice(
         n = len(next(iter(hosts[0].values())))
         if n % learner.num_devices:
             raise ValueError(f"ToDevice: a batch of {n} samples cannot be split evenly over {learner.num_devices} devices.")
-        stats["bytes"] += sum(v.nbytes for h in hosts for v in h.values())
-        stats["transfers"] += 1
+        nbytes = sum(v.nbytes for h in hosts for v in h.values())
+        # One update (atomic under the GIL), so a consumer's snapshot never sees half of it.
+        stats.update(bytes=stats["bytes"] + nbytes, transfers=stats["transfers"] + 1)
         if len(hosts) == 1:  # nothing to stack: no host copy, no slicing on the device
             return [(jax.device_put(hosts[0], flat), items[0])]
         # Slices along the unsharded stack axis stay on their devices.

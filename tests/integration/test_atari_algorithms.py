@@ -21,10 +21,11 @@ def test_impala_trains_on_pong(ray_local, vector_env):
     assert isinstance(algo.network, ConvActorCritic)
     last = results[-1]
     assert last["num_updates"] >= 1 and last["env_steps_trained"] >= 32
-    # uint8 frames went to the device, each once: a train batch is one fragment of 2 envs x (16 + 4)
-    # frames (whole stacks would be 2 x 17 x 4), plus under 1% for actions, rewards and the like.
+    # uint8 frames went to the device, each once: a transfer is one train batch, one fragment of
+    # 2 envs x (16 + 4) frames (whole stacks would be 2 x 17 x 4), plus under 1% for actions,
+    # rewards and the like. (Transfers, not batches: a transfer may be prefetched, not yet trained.)
     frame_mb = 2 * (16 + 4) * 84 * 84 / 1e6
-    assert last["to_device"]["megabytes"] == pytest.approx(last["to_device"]["batches"] * frame_mb, rel=0.01)
+    assert last["to_device"]["megabytes"] == pytest.approx(last["to_device"]["transfers"] * frame_mb, rel=0.01)
     assert last["learner"]["policy_lag"] >= 0
     # The Nature CNN convolves by matrix products on the CPU, so the SGD steps stay in one scan.
     assert algo.learner.loop == "scan"
