@@ -161,6 +161,10 @@ def test_nature_cnn_is_matrix_products_on_the_cpu_with_xla_convolution_results(o
     assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(xla.init(jax.random.PRNGKey(0), obs))
     assert "stablehlo.convolution" not in jax.jit(fast.apply).lower(params, obs).as_text()
     assert "stablehlo.convolution" in jax.jit(xla.apply).lower(params, obs).as_text()
+    # Compiled for an accelerator (lowered here without one), it is XLA's convolution again.
+    for platform in ("cuda", "tpu"):
+        exported = jax.export.export(jax.jit(fast.apply), platforms=[platform])(params, obs)
+        assert "stablehlo.convolution" in exported.mlir_module(), platform
     for got, expected in zip(jax.jit(fast.apply)(params, obs), jax.jit(xla.apply)(params, obs)):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     # The default ImpalaResNet keeps XLA's convolution (matrix products measured slower for it).
