@@ -273,7 +273,8 @@ class RolloutWorker:
         if self._encode is not None:
             traj = self._encode(traj, cfg)
         returns, lengths = self.env.pop_episodes()
-        return SampleBatch(traj, T * B, returns, lengths, self.weights_version, SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds))
+        timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
+        return SampleBatch(traj, T * B, returns, lengths, self.weights_version, timing)
 
     def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
         """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
