@@ -25,6 +25,7 @@ from common import fmt, logger, machine_info, ratio, write_report
 
 import envs
 from jaxflow import Algorithm, get_algorithm, jax_actor
+from jaxflow.config import parse_value
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.networks import forward_packed
 
@@ -80,13 +81,19 @@ def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
     return FRAME_SKIP * sum(steps) / args.raw_seconds
 
 
+# Config fields this script sets from its own flags (the steppers follow the flags too).
+FLAG_FIELDS = {"env": "--env", "num_workers": "--workers", "num_envs_per_worker": "--envs-per-worker", "seed": "--seed",
+               "vector_env": "--vector-env", "num_cpus_per_worker": "--cpus-per-worker",
+               "num_gpus_per_worker": "--gpus-per-worker", "buffer_size": "--replay-capacity"}
+
+
 def algorithm_config(args: argparse.Namespace) -> dict[str, Any]:
     fields: dict[str, Any] = dict(env=args.env, num_workers=args.workers, num_envs_per_worker=args.envs_per_worker,
                                   seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64,
                                   num_cpus_per_worker=args.cpus_per_worker, num_gpus_per_worker=args.gpus_per_worker)
     if args.algo == "APEX":
         fields.update(frame_stack=4, buffer_size=args.replay_capacity, learning_starts=1_000)
-    return fields
+    return {**fields, **args.overrides}
 
 
 def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
@@ -144,7 +151,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['time']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load {m['load_average_at_start'][0]:.2f} · "
         f"learner on {m['jax_backend']} ({m['device_kind']} x{m['num_devices']}) · {a['workers']} workers x "
-        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env, {a['cpus_per_worker']:g} CPU each), acting on {acting} · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)",
+        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env, {a['cpus_per_worker']:g} CPU each), acting on {acting} · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)"
+        + "".join(f" · {k}={v}" for k, v in a["overrides"].items()),
         "",
         "| frames/s | value | of raw ALE limit |",
         "|---|---:|---:|",
@@ -214,8 +222,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1, help="measure everything this many times; report medians")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=RESULTS_DIR)
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a field of the algorithm's config (as `jaxflow train --set`), e.g. "
+                        "samples_per_insert=1 for Ape-X or send_frames_once=false for IMPALA; repeatable")
     p.add_argument("--quick", action="store_true", help="smoke run: 10 s measured, 5 s raw")
     args = p.parse_args(argv)
+    # Parsed and validated here, so that a typo fails before any Ray actor starts.
+    config_cls = get_algorithm(args.algo).config_cls
+    args.overrides = {}
+    for item in args.set:
+        field, sep, text = item.partition("=")
+        if not sep:
+            p.error(f"--set takes FIELD=VALUE, got {item!r}")
+        if field.strip() in FLAG_FIELDS:
+            p.error(f"--set {field.strip()}: use {FLAG_FIELDS[field.strip()]}, which the raw and ceiling steppers follow too")
+        args.overrides[field.strip()] = parse_value(config_cls, field.strip(), text.strip())
+    config_cls(**algorithm_config(args))
     if args.quick:
         args.seconds, args.raw_seconds = 10.0, 5.0
     return args
