@@ -138,22 +138,25 @@ def n_step_targets(r_t: Array, discount_t: Array, n: int) -> tuple[Array, Array,
 def postprocess(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array]:
     """Worker-side: n-step targets and initial priorities ``|TD error|`` computed with the
     worker's own Q-network (Horgan et al., 2018, Ape-X: new transitions enter the replay
-    with a useful priority instead of the maximum)."""
+    with a useful priority instead of the maximum). The observations pass through as they
+    came (``obs [T]`` and ``last_obs``), so a rollout worker keeps them out of the compiled
+    call (:class:`~jaxflow.workers.HostPostprocess`)."""
     g, discount, k = n_step_targets(traj["rewards"], traj["discounts"], config.n_step)
     max_q = jnp.concatenate([traj["values"], traj["bootstrap_value"][None]], axis=0)
     max_q_boot = jnp.take_along_axis(max_q, jnp.arange(g.shape[0])[:, None] + k, axis=0)
     q_taken = jnp.take_along_axis(traj["logits"], traj["actions"][..., None], axis=-1)[..., 0]
     td = g + discount * max_q_boot - q_taken
     return dict(
-        obs=jnp.concatenate([traj["obs"], traj["last_obs"][None]], axis=0), actions=traj["actions"], rewards=g,
+        obs=traj["obs"], last_obs=traj["last_obs"], actions=traj["actions"], rewards=g,
         discounts=discount, next_offsets=k, priorities=jnp.abs(td) + config.prioritized_replay_eps,
     )
 
 
 def encode(traj: Mapping[str, np.ndarray], config: DQNConfig) -> ReplayRows:
     """Worker-side, on the host: packs the fragment into replay rows, each observation once."""
+    obs = np.concatenate([traj["obs"], traj["last_obs"][None]])
     rows, priorities = encode_fragment(
-        traj["obs"], traj["actions"], traj["rewards"], traj["discounts"], traj["next_offsets"], traj["priorities"],
+        obs, traj["actions"], traj["rewards"], traj["discounts"], traj["next_offsets"], traj["priorities"],
         frame_stack=config.frame_stack,
     )
     return ReplayRows(rows, priorities, config.frame_stack)
@@ -194,8 +197,9 @@ def transitions(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     bootstrap observation (``next_offsets`` steps later) and its initial priority."""
     del config
     T, B = traj["actions"].shape
-    next_obs = traj["obs"][jnp.arange(T)[:, None] + traj["next_offsets"], jnp.arange(B)[None, :]]
-    fields = dict(obs=traj["obs"][:-1], next_obs=next_obs, actions=traj["actions"], rewards=traj["rewards"],
+    obs = jnp.concatenate([traj["obs"], traj["last_obs"][None]])
+    next_obs = obs[jnp.arange(T)[:, None] + traj["next_offsets"], jnp.arange(B)[None, :]]
+    fields = dict(obs=traj["obs"], next_obs=next_obs, actions=traj["actions"], rewards=traj["rewards"],
                   discounts=traj["discounts"], priorities=traj["priorities"])
     return {k: v.reshape((T * B,) + v.shape[2:]) for k, v in fields.items()}
 

@@ -49,7 +49,16 @@ from jaxflow.operators import (
 from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows, SumTree
 from jaxflow.replay_shards import ReplayBatch, ReplayShard, ReplayShards
 from jaxflow.run import train
-from jaxflow.workers import RolloutWorker, SampleBatch, SampleTiming, WorkerCrashedError, WorkerSet, WorkerSpec, jax_actor
+from jaxflow.workers import (
+    HostPostprocess,
+    RolloutWorker,
+    SampleBatch,
+    SampleTiming,
+    WorkerCrashedError,
+    WorkerSet,
+    WorkerSpec,
+    jax_actor,
+)
 
 __all__ = [
     "NOT_READY",
@@ -73,6 +82,7 @@ __all__ = [
     "DeviceReplay",
     "DeviceSpec",
     "Enqueue",
+    "HostPostprocess",
     "Learner",
     "LearnerThread",
     "LearnerThreadError",

@@ -41,7 +41,9 @@ class AlgorithmSpec:
     """What an algorithm page registers.
 
     ``loss(params, batch, rng, *, apply_fn, config) -> (loss, metrics)`` on a flat batch;
-    ``postprocess(traj, config) -> traj`` runs on the rollout workers (e.g. GAE);
+    ``postprocess(traj, config) -> traj`` runs on the rollout workers (e.g. GAE) and returns a
+    flat dict; fields it returns unchanged are not copied there, so it should pass the
+    observations through as they came (see :class:`~jaxflow.workers.HostPostprocess`);
     ``plan(workers, learner, config)`` returns the iterator of training results;
     ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
     ``gradients_on_workers`` gives the workers the loss (A3C);

@@ -31,6 +31,7 @@ from jaxflow.iterators import Operator
 from jaxflow.metrics import Context, EpisodeWindow
 from jaxflow.networks import forward_packed, greedy_action
 from jaxflow.workers import (
+    HostPostprocess,
     RolloutWorker,
     SampleBatch,
     SampleTiming,
@@ -200,7 +201,7 @@ class MultiAgentRolloutWorker:
         self.policies = spec.policies
         self.agents = {pid: [a for a in self.env.agents if spec.mapping[a] == pid] for pid in spec.policies}
         self._forward = {pid: jax.jit(functools.partial(forward_packed, ws.network.apply)) for pid, ws in spec.policies.items()}
-        self._postprocess = {pid: jax.jit(functools.partial(ws.postprocess, config=ws.config))
+        self._postprocess = {pid: HostPostprocess(functools.partial(ws.postprocess, config=ws.config))
                              for pid, ws in spec.policies.items() if ws.postprocess is not None}
         self._rng = np.random.default_rng(seed)
         self._obs = self.env.reset()
@@ -270,7 +271,7 @@ class MultiAgentRolloutWorker:
         traj = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
         traj.update(bootstrap_value=self._logits_values(pid, last_obs, policy_watch)[1], last_obs=last_obs)
         if pid in self._postprocess:
-            traj = jax.device_get(self._postprocess[pid](traj))
+            traj = self._postprocess[pid](traj)
         if ws.encode is not None:
             traj = ws.encode(traj, ws.config)
         agents = self.agents[pid]

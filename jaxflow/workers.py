@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import ray
 
@@ -39,6 +40,75 @@ def jax_actor(cls: type, num_gpus: float = 0.0, **options: Any) -> Any:
     """
     env_vars = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if num_gpus > 0 else {"JAX_PLATFORMS": "cpu"}
     return ray.remote(cls).options(runtime_env={"env_vars": env_vars}, num_gpus=num_gpus, **options)
+
+
+class HostPostprocess:
+    """A worker's ``postprocess(traj) -> dict`` compiled for the host CPU, with the fields it
+    only passes through (the observations, most of a fragment's bytes) kept out of the
+    compiled call and returned as the very same host arrays.
+
+    A compiled call copies its numpy inputs in and its outputs out. For a fragment of 32
+    steps of 128 Atari games that is 115 MB of observations each way: measured 0.14-0.35 s
+    on the 2-core CI machine, and about 0.1 s on the H100 machine, on its CPU or through its
+    GPU, against 0.6-1.0 s to sample the fragment there. The first fragment of each shape is
+    traced once (``jax.make_jaxpr``) to find the outputs that are inputs unchanged and the
+    inputs no computation reads; only the rest is compiled and called. That runs on the CPU
+    whatever the default device, so a worker acting on a GPU share does not send even the
+    small fields there and back.
+
+    Example:
+        >>> pp = HostPostprocess(lambda t: {"obs": t["obs"], "r2": 2 * t["r"]})
+        >>> traj = {"obs": np.zeros((2, 84, 84), np.uint8), "r": np.ones(2, np.float32)}
+        >>> out = pp(traj)
+        >>> out["obs"] is traj["obs"], out["r2"].tolist()
+        (True, [2.0, 2.0])
+    """
+
+    def __init__(self, fn: Callable[[dict[str, Any]], dict[str, Any]]):
+        self._fn = fn
+        self._cpu = jax.local_devices(backend="cpu")[0]
+        self._plans: dict[Any, tuple[Callable[..., Any], list[str], dict[str, str], list[str]]] = {}
+
+    def _plan(self, traj: dict[str, Any]) -> tuple[Callable[..., Any], list[str], dict[str, str], list[str]]:
+        names = sorted(traj)
+        key = tuple((k, np.shape(traj[k]), np.result_type(traj[k])) for k in names)
+        if key in self._plans:
+            return self._plans[key]
+        closed, out_shapes = jax.make_jaxpr(lambda *xs: self._fn(dict(zip(names, xs))), return_shape=True)(
+            *(traj[k] for k in names)
+        )
+        invars, outvars = closed.jaxpr.invars, closed.jaxpr.outvars
+        if not isinstance(out_shapes, dict) or not all(isinstance(v, jax.ShapeDtypeStruct) for v in out_shapes.values()):
+            raise TypeError(f"postprocess must return a flat dict of arrays, got {jax.tree.structure(out_shapes)}")
+        out_names = sorted(out_shapes)  # a dict's leaves come in sorted key order
+        source = {id(v): k for k, v in zip(names, invars)}
+        forwarded: dict[str, str] = {}
+        for out, var in zip(out_names, outvars):
+            src = source.get(id(var))
+            # Only where the compiled call would return the same array (no dtype conversion).
+            if src is not None and np.result_type(traj[src]) == out_shapes[out].dtype:
+                forwarded[out] = src
+        computed = [k for k in out_names if k not in forwarded]
+        read = {id(v) for eqn in closed.jaxpr.eqns for v in eqn.invars}
+        read |= {id(v) for out, v in zip(out_names, outvars) if out in computed}
+        needed = [k for k, v in zip(names, invars) if id(v) in read]
+        skipped = {k: jax.ShapeDtypeStruct(np.shape(traj[k]), np.result_type(traj[k])) for k in names if k not in needed}
+
+        def compute(inputs: dict[str, Any]) -> dict[str, Any]:
+            # The skipped inputs are read by nothing computed here; XLA drops these zeros.
+            full = dict(inputs, **{k: jnp.zeros(s.shape, s.dtype) for k, s in skipped.items()})
+            out = self._fn(full)
+            return {k: out[k] for k in computed}
+
+        self._plans[key] = plan = (jax.jit(compute), needed, forwarded, out_names)
+        return plan
+
+    def __call__(self, traj: dict[str, Any]) -> dict[str, Any]:
+        compute, needed, forwarded, order = self._plan(traj)
+        with jax.default_device(self._cpu):
+            out = jax.device_get(compute({k: traj[k] for k in needed}))
+        out.update((k, traj[src]) for k, src in forwarded.items())
+        return {k: out[k] for k in order}
 
 
 class SampleBatch(NamedTuple):
@@ -167,7 +237,7 @@ class WorkerSpec:
     """What a rollout worker needs: the algorithm's config, network and pure functions.
 
     ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE),
-    compiled; ``encode(traj, config)`` then runs in numpy on the host (e.g. packing
+    compiled for the CPU with the fields it passes through kept out (:class:`HostPostprocess`); ``encode(traj, config)`` then runs in numpy on the host (e.g. packing
     replay rows); ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute
     gradients (A3C); ``explore(rng, logits, config, worker_index, env_steps) ->
     (actions, logp)`` picks actions from the network's first output (default: sample
@@ -199,7 +269,7 @@ class RolloutWorker:
             self.env = envs.VectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
         apply = spec.network.apply
         self._forward = jax.jit(functools.partial(forward_packed, apply))
-        self._postprocess = jax.jit(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
+        self._postprocess = HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
         self._grad = (
             jax.jit(jax.grad(functools.partial(spec.loss, apply_fn=apply, config=cfg), has_aux=True))
             if spec.loss
@@ -269,7 +339,7 @@ class RolloutWorker:
         )
         self.env_steps += T * B
         if self._postprocess is not None:
-            traj = jax.device_get(self._postprocess(traj))
+            traj = self._postprocess(traj)
         if self._encode is not None:
             traj = self._encode(traj, cfg)
         returns, lengths = self.env.pop_episodes()

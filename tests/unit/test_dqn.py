@@ -123,7 +123,7 @@ def test_postprocess_priorities_hand_checked():
     out = postprocess(traj, cfg)
     # t=0: 1 + 0.5*max Q(s_1)=4 -> 3, minus Q(s_0, 1)=3 -> 0; t=1: 2 + 0.5*10 - Q(s_1, 0)=1 -> 6.
     np.testing.assert_allclose(np.asarray(out["priorities"])[:, 0], [0.25, 6.25])
-    assert out["obs"].shape == (3, 1, 3)
+    assert out["obs"] is traj["obs"] and out["last_obs"] is traj["last_obs"]
 
 
 def test_epsilon_schedules():
