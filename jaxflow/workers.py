@@ -237,11 +237,12 @@ class WorkerSpec:
     """What a rollout worker needs: the algorithm's config, network and pure functions.
 
     ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE),
-    compiled for the CPU with the fields it passes through kept out (:class:`HostPostprocess`); ``encode(traj, config)`` then runs in numpy on the host (e.g. packing
-    replay rows); ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute
-    gradients (A3C); ``explore(rng, logits, config, worker_index, env_steps) ->
-    (actions, logp)`` picks actions from the network's first output (default: sample
-    the softmax; DQN: epsilon-greedy on Q-values).
+    compiled for the CPU with the fields it passes through kept out (:class:`HostPostprocess`);
+    ``encode(traj, config)`` then runs in numpy on the host (e.g. packing replay rows);
+    ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute gradients (A3C);
+    ``explore(rng, logits, config, worker_index, env_steps) -> (actions, logp)`` picks
+    actions from the network's first output (default: sample the softmax; DQN:
+    epsilon-greedy on Q-values).
     """
 
     config: Any

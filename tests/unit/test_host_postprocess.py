@@ -47,6 +47,9 @@ def test_same_result_as_jit_and_observations_not_copied(algo):
             np.testing.assert_array_equal(out[k], expected[k], err_msg=k)
         assert out["obs"] is traj["obs"]
     assert len(pp._plans) == 1
+    # The observations never enter the compiled call: nothing there reads them.
+    _, needed, _, _ = next(iter(pp._plans.values()))
+    assert "obs" not in needed and "last_obs" not in needed
 
 
 def test_reads_what_it_computes_with_and_converts_like_jit():
@@ -72,7 +75,7 @@ def test_a_new_shape_gets_its_own_plan():
     assert len(pp._plans) == 2
 
 
-def test_runs_on_the_host_cpu_and_returns_numpy():
+def test_computed_fields_come_back_as_numpy():
     out = HostPostprocess(lambda t: {"r2": 2 * t["r"]})({"r": np.ones(3, np.float32)})
     assert isinstance(out["r2"], np.ndarray)
 
