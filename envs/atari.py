@@ -282,7 +282,9 @@ class ALEVectorEnv:
     back in ``info["final_obs"]``); ``terminal_on_life_loss`` uses its ``life_loss_info``
     mode (a lost life ends the episode, the game plays on), like :class:`EpisodicLife`.
     Rewards are clipped here, not in ale-py, so that ``pop_episodes`` reports game scores:
-    unclipped, summed over all lives of a game.
+    unclipped, summed over all lives of a game. ``step_async`` hands the actions to the
+    emulator threads and returns at once; ``step_wait`` waits for them, so a caller's own
+    work in between runs while the games step.
     """
 
     def __init__(
@@ -335,8 +337,11 @@ class ALEVectorEnv:
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
         self._checked_step = False
+        self._pending = False
 
     def reset(self) -> np.ndarray:
+        if self._pending:
+            raise RuntimeError(f"{self.env_id}: reset() between step_async() and step_wait().")
         obs, info = self._venv.reset(seed=self._seed)  # seeds seed, seed + 1, ... like VectorEnv
         self._lives[:] = info["lives"]
         self._returns[:] = 0.0
@@ -344,6 +349,13 @@ class ALEVectorEnv:
         return obs
 
     def step(self, actions: np.ndarray) -> VectorStep:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Starts the emulators on the next step; :meth:`step_wait` collects it."""
+        if self._pending:
+            raise RuntimeError(f"{self.env_id}: step_async() called twice without step_wait() in between.")
         actions = np.asarray(actions)
         if not self._checked_step:
             n = self.action_space.n
@@ -355,7 +367,15 @@ class ALEVectorEnv:
                     f"expected {self.num_envs} integers in {self.action_space}."
                 )
             self._checked_step = True
-        obs, raw, terminated, truncated, info = self._venv.step(actions.astype(np.int64, copy=False))
+        self._venv.send(actions.astype(np.int64, copy=False))
+        self._pending = True
+
+    def step_wait(self) -> VectorStep:
+        """Waits for the step that :meth:`step_async` started and returns it."""
+        if not self._pending:
+            raise RuntimeError(f"{self.env_id}: step_wait() called without step_async() before it.")
+        obs, raw, terminated, truncated, info = self._venv.recv()
+        self._pending = False
         raw = raw.astype(np.float32)
         ended = terminated | truncated
         final_obs = obs

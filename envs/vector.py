@@ -51,6 +51,10 @@ class VectorEnv:
     Spaces are checked on the first reset and the first step: an observation or
     action outside the declared space raises :class:`EnvSpaceError` naming the env.
 
+    ``step`` is ``step_async`` then ``step_wait``, gymnasium's split: a caller can do its
+    own work between the two. Here the envs step in ``step_wait``; in
+    :class:`envs.ALEVectorEnv` the emulator threads run in between.
+
     Episode statistics are the env's own where it keeps them: an env wrapped in
     gymnasium's ``RecordEpisodeStatistics`` (every Atari env here) reports its episodes
     through ``info["episode"]``, which for Atari is the unclipped game score over all
@@ -80,6 +84,7 @@ class VectorEnv:
         self._done_lengths: list[int] = []
         self._checked_step = False
         self._self_reporting = [_records_episodes(env) for env in self.envs]
+        self._actions: np.ndarray | None = None
 
     def reset(self) -> np.ndarray:
         obs = [env.reset(seed=self._seed + i)[0] for i, env in enumerate(self.envs)]
@@ -90,6 +95,20 @@ class VectorEnv:
         return np.stack(obs).astype(self._obs_dtype, copy=False)
 
     def step(self, actions: np.ndarray) -> VectorStep:
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Takes the actions of the next step; :meth:`step_wait` steps the envs with them."""
+        if self._actions is not None:
+            raise RuntimeError(f"{self.env_id}: step_async() called twice without step_wait() in between.")
+        self._actions = actions
+
+    def step_wait(self) -> VectorStep:
+        """Steps every env with the actions given to :meth:`step_async`."""
+        if self._actions is None:
+            raise RuntimeError(f"{self.env_id}: step_wait() called without step_async() before it.")
+        actions, self._actions = self._actions, None
         if not self._checked_step:
             for a in actions:
                 self._check_action(a)

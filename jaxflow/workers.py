@@ -308,28 +308,31 @@ class RolloutWorker:
         actions = np.empty((T, B), np.int32)
         logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
         logits = None
-        # The next step's forward pass is dispatched as soon as its observation exists, so on a
-        # GPU it runs while the host does this step's bookkeeping.
+        # The host's bookkeeping overlaps the rest of the step: copies into the fragment run while
+        # the environments step (ALE's emulator threads), and the next forward pass is dispatched
+        # as soon as its observation exists, so on a GPU it runs during the reward bookkeeping.
         out = self._forward(self.params, self._obs)
         for t in range(T):
-            obs[t] = self._obs
             with policy_watch:
                 lg, v = split_packed(out)
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
                 a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B)
+            with env_watch:
+                self.env.step_async(a)
             if logits is None:
                 logits = np.empty((T,) + lg.shape, np.float32)
+            obs[t], actions[t], logp[t], values[t], logits[t] = self._obs, a, lp, v, lg
             with env_watch:
-                step = self.env.step(a)
+                step = self.env.step_wait()
             out = self._forward(self.params, step.obs)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
                 with policy_watch:
                     r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
-            actions[t], logp[t], values[t], logits[t], rewards[t] = a, lp, v, lg, r
+            rewards[t] = r
             discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
             self._obs = step.obs
         with policy_watch:

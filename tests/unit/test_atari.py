@@ -217,6 +217,34 @@ def test_ale_vector_env_backend_reports_unclipped_game_scores():
     fresh.close()
 
 
+def test_ale_vector_env_step_async_then_step_wait_is_step_and_misuse_is_refused():
+    """Split stepping (the emulators run between the two calls) gives the steps of a twin
+    stepped whole, sticky actions and episode ends included; out-of-order calls fail
+    clearly instead of blocking on ale-py's queue."""
+    config = {"max_num_frames_per_episode": 400}  # several time limits in 150 steps
+    split, whole = (envs.ALEVectorEnv("ALE/Pong-v5", 3, seed=5, env_config=config, num_threads=2) for _ in range(2))
+    np.testing.assert_array_equal(split.reset(), whole.reset())
+    rng, ends = np.random.default_rng(1), 0
+    for t in range(150):
+        actions = rng.integers(6, size=3)
+        split.step_async(actions)
+        got, want = split.step_wait(), whole.step(actions)
+        for field in envs.VectorStep._fields:
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{field} at step {t}")
+        ends += int(got.truncated.sum())
+    assert ends >= 3
+    with pytest.raises(RuntimeError, match="step_wait\\(\\) called without step_async"):
+        split.step_wait()
+    split.step_async(np.zeros(3, np.int64))
+    with pytest.raises(RuntimeError, match="step_async\\(\\) called twice"):
+        split.step_async(np.zeros(3, np.int64))
+    with pytest.raises(RuntimeError, match="reset\\(\\) between"):
+        split.reset()
+    split.step_wait()
+    split.close()
+    whole.close()
+
+
 def test_vector_env_reports_unclipped_whole_game_scores():
     """With clipped rewards and per-life episodes, the agent's episodes are short and their
     rewards in {-1, 0, 1}; VectorEnv still reports the game's own score and length."""

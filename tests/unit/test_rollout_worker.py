@@ -65,3 +65,32 @@ def test_sample_timing_splits_the_workers_time_between_env_and_policy():
     assert timing.env_s / timing.sample_s > 0.6
     both = concat_batches([worker.sample(), worker.sample()]).timing
     assert both.env_s >= 2 * 2 * 10 * 0.005 and both.sample_s >= both.env_s + both.policy_s
+
+
+def test_ale_worker_fragment_matches_a_replay_of_its_actions():
+    # The ALE backend steps while the worker copies into the fragment: the copies must still
+    # pair each observation with the action taken on it and the step that followed.
+    spec = get_algorithm("IMPALA")
+    config = spec.config_cls(env="ALE/Pong-v5", vector_env="ale", env_config={"max_num_frames_per_episode": 40},
+                             num_workers=1, num_envs_per_worker=2, num_cpus_per_worker=1, rollout_fragment_length=20, seed=3)
+    network, learner = build_learner(config, spec)
+    params = learner.get_weights()
+    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker.set_weights(params, 0)
+    d = worker.sample().data
+
+    replay = envs.ALEVectorEnv("ALE/Pong-v5", 2, config.seed, config.env_config, num_threads=1)
+    np.testing.assert_array_equal(replay.reset(), d["obs"][0])
+    truncations = 0
+    for t in range(20):
+        step = replay.step(d["actions"][t])
+        cut = step.truncated & ~step.terminated
+        expected = step.reward.astype(np.float64)
+        if cut.any():
+            truncations += cut.sum()
+            expected = expected + config.gamma * cut * np.asarray(network.apply(params, step.final_obs)[1])
+        np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(d["discounts"][t], np.float32(config.gamma) * ~(step.terminated | step.truncated))
+        np.testing.assert_array_equal(step.obs, d["obs"][t + 1] if t < 19 else d["last_obs"])
+    assert truncations >= 2  # 40 frames are at most 10 agent steps: each copy hits the time limit
+    replay.close()

@@ -154,3 +154,19 @@ def test_unknown_env_suggests_the_close_id():
         envs.make("CartPol-v1")
     assert "'CartPol-v1'" in str(err.value)
     assert "CartPole-v1" in str(err.value).replace("'CartPol-v1'", "")
+
+
+def test_step_async_then_step_wait_is_step_and_misuse_is_refused():
+    split, whole = make_ticker(), make_ticker()
+    np.testing.assert_array_equal(split.reset(), whole.reset())
+    for t in range(5):
+        actions = np.array([t % 2, 1 - t % 2])
+        split.step_async(actions)
+        got, want = split.step_wait(), whole.step(actions)
+        for field in envs.VectorStep._fields:
+            np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{field} at step {t}")
+    with pytest.raises(RuntimeError, match="step_wait\\(\\) called without step_async"):
+        split.step_wait()
+    split.step_async(np.zeros(2, np.int64))
+    with pytest.raises(RuntimeError, match="step_async\\(\\) called twice"):
+        split.step_async(np.zeros(2, np.int64))
