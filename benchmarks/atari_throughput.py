@@ -23,8 +23,7 @@ import numpy as np
 import ray
 from common import fmt, logger, machine_info, ratio, write_report
 
-import envs
-from jaxflow import Algorithm, get_algorithm, jax_actor
+from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
 from jaxflow.config import parse_value
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.networks import forward_packed
@@ -35,21 +34,20 @@ FRAME_SKIP = 4
 
 
 class Stepper:
-    """A process stepping a vector of ``num_envs`` preprocessed ALE envs (the same backend
-    as the rollout workers): with random actions, a rollout worker's work minus the policy;
-    with ``config``, also the algorithm's network forward pass on every step (on the CPU, or
-    on the GPU in a GPU actor), the worker's work minus the dataflow: the ceiling of acting."""
+    """A process stepping the vector of preprocessed envs a rollout worker of ``config`` steps
+    (same backend, same emulator threads): with random actions, a rollout worker's work minus
+    the policy; ``with_policy``, also the algorithm's network forward pass on every step (on
+    the CPU, or on the GPU in a GPU actor), the worker's work minus the dataflow: the ceiling
+    of acting."""
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, vector_env: str, algo: str | None = None,
-                 config: dict[str, Any] | None = None):
-        make = envs.ALEVectorEnv if vector_env == "ale" else envs.VectorEnv
-        self.venv = make(env_id, num_envs, seed)
+    def __init__(self, algo: str, config: dict[str, Any], seed: int, with_policy: bool):
+        spec = get_algorithm(algo)
+        cfg = spec.config_cls(**config)
+        self.venv = make_vector_envs(cfg, seed, num_groups=1)[0]
         self.obs = self.venv.reset()
         self.rng = np.random.default_rng(seed)
         self.forward = None
-        if algo is not None:
-            spec = get_algorithm(algo)
-            cfg = spec.config_cls(**config)
+        if with_policy:
             network = spec.network(cfg, self.obs.shape[1:], int(self.venv.action_space.n))
             params = network.init(jax.random.PRNGKey(seed), self.obs[:1].astype(np.float32))
             self.forward = functools.partial(jax.jit(functools.partial(forward_packed, network.apply)), params)
@@ -68,9 +66,8 @@ class Stepper:
 
 
 def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
-    policy = (args.algo, algorithm_config(args)) if with_policy else (None, None)
     gpus = args.gpus_per_worker if with_policy else 0.0
-    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(args.env, args.envs_per_worker, args.seed + 1000 * i, args.vector_env, *policy)
+    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(args.algo, algorithm_config(args), args.seed + 1000 * i, with_policy)
               for i in range(args.workers)]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation

@@ -58,6 +58,7 @@ from jaxflow.workers import (
     WorkerSet,
     WorkerSpec,
     jax_actor,
+    make_vector_envs,
 )
 
 __all__ = [
@@ -131,6 +132,7 @@ __all__ = [
     "list_algorithms",
     "load_multiagent_config",
     "make_optimizer",
+    "make_vector_envs",
     "register_algorithm",
     "train",
 ]

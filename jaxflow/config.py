@@ -221,6 +221,10 @@ class CommonConfig:
     vector_env: Literal["python", "ale"] = "python"
     """How a worker steps its environments: one after another in Python, or (ALE/<Game>-v5 ids
     only) in ale-py's C++ vector environment, on ``num_cpus_per_worker`` threads."""
+    num_env_groups: int = param(1, POSITIVE)
+    """vector_env='ale': a worker's environments split into this many groups stepped in turn
+    (2: double buffering), so one group's emulators run while the worker waits for the policy
+    on another; must divide num_envs_per_worker."""
     on_worker_failure: Literal["raise", "ignore", "restart"] = "raise"
     """What a dead rollout worker does to the run: raise, carry on without it, or recreate it."""
     worker_timeout_s: float = param(120.0, POSITIVE)
@@ -259,6 +263,10 @@ class CommonConfig:
         require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         require(self.vector_env != "ale" or self.env.startswith("ALE/"),
                 f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.")
+        require(self.num_env_groups == 1 or self.vector_env == "ale",
+                f"num_env_groups={self.num_env_groups} needs vector_env='ale' (python envs step in the worker's thread).")
+        require(self.num_envs_per_worker % self.num_env_groups == 0,
+                f"num_env_groups={self.num_env_groups} must divide num_envs_per_worker={self.num_envs_per_worker}.")
 
     def _validate_sweep(self) -> None:
         if not self.sweep:

@@ -253,8 +253,23 @@ class WorkerSpec:
     explore: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
 
 
+def make_vector_envs(config: Any, seed: int, index: int = 0, incarnation: int = 0, num_groups: int | None = None) -> list[Any]:
+    """The vectors of environments a rollout worker of ``config`` steps: ``num_groups``
+    (default ``config.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
+    env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` runs
+    ale-py's emulators in ``num_cpus_per_worker`` threads (at least one) per group; anything
+    else steps gymnasium envs in the worker's own thread."""
+    groups = config.num_env_groups if num_groups is None else num_groups
+    n = config.num_envs_per_worker // groups
+    if config.vector_env == "ale":
+        threads = max(1, int(config.num_cpus_per_worker))
+        return [envs.ALEVectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation, threads) for g in range(groups)]
+    return [envs.VectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation) for g in range(groups)]
+
+
 class RolloutWorker:
-    """Steps a vector of environments with the current policy and returns fragments.
+    """Steps its environments with the current policy and returns fragments: one vector, or
+    ``num_env_groups`` vectors stepped in turn (see :func:`make_vector_envs`).
 
     Used as a Ray actor (see :func:`jax_actor`) or in the driver when ``num_workers == 0``.
     """
@@ -263,11 +278,7 @@ class RolloutWorker:
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
         seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
-        if cfg.vector_env == "ale":
-            threads = max(1, int(cfg.num_cpus_per_worker))
-            self.env = envs.ALEVectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation, threads)
-        else:
-            self.env = envs.VectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
+        self.envs = make_vector_envs(cfg, seed, index, incarnation)
         apply = spec.network.apply
         self._forward = jax.jit(functools.partial(forward_packed, apply))
         self._postprocess = HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
@@ -280,7 +291,7 @@ class RolloutWorker:
         self._explore = spec.explore
         self._key = jax.random.PRNGKey(seed)
         self._rng = np.random.default_rng(seed)
-        self._obs = self.env.reset()
+        self._obs = [env.reset() for env in self.envs]
         self.env_steps = 0
         self.params: Any = None
         self.weights_version = -1
@@ -303,50 +314,65 @@ class RolloutWorker:
         if self.params is None:
             raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
         start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
-        cfg, T, B = self.config, self.config.rollout_fragment_length, self.env.num_envs
-        obs = np.empty((T,) + self._obs.shape, self._obs.dtype)
+        cfg, T, n = self.config, self.config.rollout_fragment_length, self.envs[0].num_envs
+        B = n * len(self.envs)
+        out = [self._forward(self.params, o) for o in self._obs]
+        obs = np.empty((T, B) + self._obs[0].shape[1:], self._obs[0].dtype)
         actions = np.empty((T, B), np.int32)
         logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
-        logits = None
-        # The host's bookkeeping overlaps the rest of the step: copies into the fragment run while
-        # the environments step (ALE's emulator threads), and the next forward pass is dispatched
-        # as soon as its observation exists, so on a GPU it runs during the reward bookkeeping.
-        out = self._forward(self.params, self._obs)
-        for t in range(T):
+        logits = np.empty((T, B, out[0].shape[1] - 1), np.float32)
+
+        def act(g: int, t: int) -> None:
+            # The copies into the fragment run while the group's emulators (ALE's threads) step.
             with policy_watch:
-                lg, v = split_packed(out)
+                lg, v = split_packed(out[g])
             if self._explore is None:
                 a, lp = sample_categorical(self._rng, lg)
             else:
-                a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B)
+                a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B + g * n)
             with env_watch:
-                self.env.step_async(a)
-            if logits is None:
-                logits = np.empty((T,) + lg.shape, np.float32)
-            obs[t], actions[t], logp[t], values[t], logits[t] = self._obs, a, lp, v, lg
+                self.envs[g].step_async(a)
+            cols = slice(g * n, (g + 1) * n)
+            obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols], logits[t, cols] = self._obs[g], a, lp, v, lg
+
+        def collect(g: int, t: int) -> None:
+            # The next forward pass is dispatched as soon as its observation exists, so on a GPU
+            # it runs during the reward bookkeeping.
             with env_watch:
-                step = self.env.step_wait()
-            out = self._forward(self.params, step.obs)
+                step = self.envs[g].step_wait()
+            out[g] = self._forward(self.params, step.obs)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
                 with policy_watch:
                     r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
-            rewards[t] = r
-            discounts[t] = cfg.gamma * ~(step.terminated | step.truncated)
-            self._obs = step.obs
+            cols = slice(g * n, (g + 1) * n)
+            rewards[t, cols] = r
+            discounts[t, cols] = cfg.gamma * ~(step.terminated | step.truncated)
+            self._obs[g] = step.obs
+
+        # With several groups, one group's emulators run while the worker waits for the policy
+        # on the next group and picks its actions (double buffering at two groups).
+        for g in range(len(self.envs)):
+            act(g, 0)
+        for t in range(T):
+            for g in range(len(self.envs)):
+                collect(g, t)
+                if t + 1 < T:
+                    act(g, t + 1)
         with policy_watch:
-            bootstrap_value = split_packed(out)[1]
+            bootstrap_value = np.concatenate([split_packed(o)[1] for o in out])
+        last_obs = self._obs[0] if len(self._obs) == 1 else np.concatenate(self._obs)
         traj = dict(
             obs=obs, actions=actions, logp=logp, logits=logits, values=values, rewards=rewards,
-            discounts=discounts, bootstrap_value=bootstrap_value, last_obs=self._obs,
+            discounts=discounts, bootstrap_value=bootstrap_value, last_obs=last_obs,
         )
         self.env_steps += T * B
         if self._postprocess is not None:
             traj = self._postprocess(traj)
         if self._encode is not None:
             traj = self._encode(traj, cfg)
-        returns, lengths = self.env.pop_episodes()
+        returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
         return SampleBatch(traj, T * B, returns, lengths, self.weights_version, timing)
 

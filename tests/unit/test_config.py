@@ -52,6 +52,16 @@ def test_cross_field_constraint():
         PPOConfig(minibatch_size=512, train_batch_size=256)
 
 
+def test_env_groups_need_the_ale_backend_and_must_divide_the_envs():
+    with pytest.raises(ConfigError, match=r"num_env_groups=2 needs vector_env='ale'"):
+        PPOConfig(num_env_groups=2)
+    with pytest.raises(ConfigError, match=r"num_env_groups=3 must divide num_envs_per_worker=8"):
+        PPOConfig(env="ALE/Pong-v5", vector_env="ale", num_envs_per_worker=8, num_env_groups=3)
+    with pytest.raises(ConfigError, match=r"PPOConfig\.num_env_groups must satisfy"):
+        PPOConfig(num_env_groups=0)
+    assert PPOConfig(env="ALE/Pong-v5", vector_env="ale", num_env_groups=4).num_env_groups == 4
+
+
 def test_train_batch_size_bounds_the_minibatch_only_in_ray_mode():
     # Device mode trains on num_envs x rollout_fragment_length (2048 x 32 here), not on
     # train_batch_size; its program checks the minibatch against that batch instead.

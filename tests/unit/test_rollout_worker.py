@@ -6,6 +6,7 @@ bootstrapped from the value of the final observation, found here by replaying th
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import envs
 from jaxflow import RolloutWorker, WorkerSpec, get_algorithm
@@ -67,12 +68,16 @@ def test_sample_timing_splits_the_workers_time_between_env_and_policy():
     assert both.env_s >= 2 * 2 * 10 * 0.005 and both.sample_s >= both.env_s + both.policy_s
 
 
-def test_ale_worker_fragment_matches_a_replay_of_its_actions():
-    # The ALE backend steps while the worker copies into the fragment: the copies must still
-    # pair each observation with the action taken on it and the step that followed.
+@pytest.mark.parametrize("groups", [1, 2])
+def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
+    # The ALE backend steps while the worker copies into the fragment, and with two groups one
+    # steps while the other is given actions: the copies must still pair each observation
+    # with the action taken on it and the step that followed, env by env, as one vector of
+    # all the envs (the groups' envs are seeded as its envs are) replays them.
     spec = get_algorithm("IMPALA")
     config = spec.config_cls(env="ALE/Pong-v5", vector_env="ale", env_config={"max_num_frames_per_episode": 40},
-                             num_workers=1, num_envs_per_worker=2, num_cpus_per_worker=1, rollout_fragment_length=20, seed=3)
+                             num_workers=1, num_envs_per_worker=2, num_env_groups=groups, num_cpus_per_worker=1,
+                             rollout_fragment_length=20, seed=3)
     network, learner = build_learner(config, spec)
     params = learner.get_weights()
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
