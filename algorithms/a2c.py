@@ -36,6 +36,8 @@ Array = jax.Array
 class A2CConfig(CommonConfig):
     """A2C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
+    on_policy = True
+
     rollout_fragment_length: int = param(16, POSITIVE)
     """Time steps T per fragment."""
     train_batch_size: int = param(256, POSITIVE)

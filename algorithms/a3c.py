@@ -17,6 +17,8 @@ from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param
 class A3CConfig(CommonConfig):
     """A3C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
+    on_policy = True
+
     rollout_fragment_length: int = param(16, POSITIVE)
     """Time steps T per fragment; one gradient per fragment."""
     lr: float = param(1e-3, POSITIVE)

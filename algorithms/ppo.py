@@ -40,6 +40,8 @@ Array = jax.Array
 class PPOConfig(CommonConfig):
     """PPO settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
+    on_policy = True
+
     num_envs_per_worker: int = param(16, POSITIVE)
     """Environments stepped in lockstep by each worker; more amortise the per-step policy call."""
     rollout_fragment_length: int = param(32, POSITIVE)

@@ -196,6 +196,8 @@ def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
 class CommonConfig:
     """Fields every algorithm shares; algorithm configs extend this dataclass."""
 
+    on_policy = False  # not a field: on-policy algorithms set it, and cannot sample ahead
+
     env: str = "CartPole-v1"
     """Environment id, see `jaxflow list`."""
     env_config: dict = param(None, factory=dict)
@@ -225,6 +227,11 @@ class CommonConfig:
     """vector_env='ale': a worker's environments split into this many groups stepped in turn
     (2: double buffering), so one group's emulators run while the worker waits for the policy
     on another; must divide num_envs_per_worker."""
+    sample_async: bool = False
+    """Rollout workers step their envs in a background thread one fragment ahead of the
+    plan's requests (RLlib's sample_async), so postprocessing, encoding and returning a
+    fragment overlap stepping the next; fragments then act with weights up to one fragment
+    older. Off-policy and V-trace algorithms only."""
     on_worker_failure: Literal["raise", "ignore", "restart"] = "raise"
     """What a dead rollout worker does to the run: raise, carry on without it, or recreate it."""
     worker_timeout_s: float = param(120.0, POSITIVE)
@@ -265,6 +272,9 @@ class CommonConfig:
                 f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.")
         require(self.num_env_groups == 1 or self.vector_env == "ale",
                 f"num_env_groups={self.num_env_groups} needs vector_env='ale' (python envs step in the worker's thread).")
+        require(not (self.sample_async and self.on_policy),
+                f"{type(self).__name__}.sample_async=True: this algorithm trains on-policy, and a worker sampling "
+                "ahead acts with weights one update old; use it with IMPALA, APPO, DQN or APEX.")
         require(self.num_envs_per_worker % self.num_env_groups == 0,
                 f"num_env_groups={self.num_env_groups} must divide num_envs_per_worker={self.num_envs_per_worker}.")
 

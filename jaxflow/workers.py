@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import logging
+import threading
 import time
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -267,6 +270,90 @@ def make_vector_envs(config: Any, seed: int, index: int = 0, incarnation: int = 
     return [envs.VectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation) for g in range(groups)]
 
 
+class Rollout(NamedTuple):
+    """A fragment as stepped, before the postprocess: what :class:`SampleBatch` is made of."""
+
+    traj: dict[str, np.ndarray]
+    env_steps: int
+    returns: np.ndarray
+    lengths: np.ndarray
+    version: int
+    timing: SampleTiming
+    started: float
+
+
+class SampleAhead:
+    """Runs ``rollout`` in a background thread one call ahead of :meth:`take` (RLlib's
+    ``sample_async``): the thread steps the next fragment while the caller postprocesses
+    and returns the one it took, so a worker's emulators do not wait for that.
+
+    At most one rollout runs ahead, so what it acts with is at most one fragment older
+    than what the caller would have used. An exception in the thread is raised by the
+    :meth:`take` that would have returned its rollout.
+
+    Example:
+        >>> ahead = SampleAhead(iter(range(3)).__next__)
+        >>> ahead.take(), ahead.take()
+        (0, 1)
+    """
+
+    def __init__(self, rollout: Callable[[], Any]):
+        self._rollout = rollout
+        self._wanted = threading.Semaphore(0)
+        self._ready = threading.Semaphore(0)
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="sample-ahead", daemon=True)
+        _SAMPLERS.add(self)
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stops the thread once the rollout it is in (if any) ends; :meth:`take` then raises.
+        Also run at interpreter exit: a thread left inside an emulator step aborts the process."""
+        if self._closed:
+            return
+        self._closed = True
+        self._wanted.release()
+        if self._thread.ident is not None:
+            self._thread.join(timeout_s)
+        self._error = self._error or RuntimeError("the sampler thread was closed")
+        self._ready.release()
+
+    def take(self) -> Any:
+        if self._thread.ident is None:  # the first call starts the thread on its first rollout
+            self._wanted.release()
+            self._thread.start()
+        self._ready.acquire()
+        if self._error is not None:
+            self._ready.release()  # every later take() raises it too, instead of blocking
+            raise self._error
+        result = self._result
+        self._wanted.release()
+        return result
+
+    def _run(self) -> None:
+        while True:
+            self._wanted.acquire()
+            if self._closed:
+                return
+            try:
+                self._result = self._rollout()
+            except BaseException as error:  # noqa: BLE001 - handed to the caller by take()
+                self._error = error
+                self._ready.release()
+                return
+            self._ready.release()
+
+
+_SAMPLERS: "weakref.WeakSet[SampleAhead]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_samplers() -> None:
+    for sampler in list(_SAMPLERS):
+        sampler.close()
+
+
 class RolloutWorker:
     """Steps its environments with the current policy and returns fragments: one vector, or
     ``num_env_groups`` vectors stepped in turn (see :func:`make_vector_envs`).
@@ -293,15 +380,23 @@ class RolloutWorker:
         self._rng = np.random.default_rng(seed)
         self._obs = [env.reset() for env in self.envs]
         self.env_steps = 0
-        self.params: Any = None
-        self.weights_version = -1
+        # (params, version) as one value: a sampler thread reads both at once.
+        self._weights: tuple[Any, int] = (None, -1)
+        self._ahead = SampleAhead(self._rollout) if cfg.sample_async else None
+
+    @property
+    def params(self) -> Any:
+        return self._weights[0]
+
+    @property
+    def weights_version(self) -> int:
+        return self._weights[1]
 
     def ping(self) -> int:
         return self.index
 
     def set_weights(self, weights: Any, version: int) -> None:
-        self.params = jax.device_put(weights)
-        self.weights_version = version
+        self._weights = (jax.device_put(weights), version)
 
     def sample(self) -> SampleBatch:
         """One fragment ``[T, B]``: obs, actions, logp, logits, values, rewards, discounts,
@@ -310,13 +405,31 @@ class RolloutWorker:
         A truncated episode's last reward gets ``gamma * V(final_obs)`` added and its
         discount set to 0, so returns bootstrap from the value on a time limit but
         not on a real termination, and learners need no extra field for it.
+
+        With ``sample_async`` the fragment was stepped by a background thread, which starts
+        on the next one before this one is postprocessed, encoded and returned; its
+        ``timing`` is then the thread's.
         """
         if self.params is None:
             raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
+        rollout = self._rollout() if self._ahead is None else self._ahead.take()
+        traj = rollout.traj
+        if self._postprocess is not None:
+            traj = self._postprocess(traj)
+        if self._encode is not None:
+            traj = self._encode(traj, self.config)
+        timing = rollout.timing
+        if self._ahead is None:
+            timing = timing._replace(sample_s=time.perf_counter() - rollout.started)
+        return SampleBatch(traj, rollout.env_steps, rollout.returns, rollout.lengths, rollout.version, timing)
+
+    def _rollout(self) -> Rollout:
+        """Steps the envs for one fragment with the weights in hand when it starts."""
+        params, version = self._weights
         start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
         cfg, T, n = self.config, self.config.rollout_fragment_length, self.envs[0].num_envs
         B = n * len(self.envs)
-        out = [self._forward(self.params, o) for o in self._obs]
+        out = [self._forward(params, o) for o in self._obs]
         obs = np.empty((T, B) + self._obs[0].shape[1:], self._obs[0].dtype)
         actions = np.empty((T, B), np.int32)
         logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
@@ -340,12 +453,12 @@ class RolloutWorker:
             # it runs during the reward bookkeeping.
             with env_watch:
                 step = self.envs[g].step_wait()
-            out[g] = self._forward(self.params, step.obs)
+            out[g] = self._forward(params, step.obs)
             r = step.reward
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
                 with policy_watch:
-                    r = r + cfg.gamma * bootstrap * split_packed(self._forward(self.params, step.final_obs))[1]
+                    r = r + cfg.gamma * bootstrap * split_packed(self._forward(params, step.final_obs))[1]
             cols = slice(g * n, (g + 1) * n)
             rewards[t, cols] = r
             discounts[t, cols] = cfg.gamma * ~(step.terminated | step.truncated)
@@ -368,13 +481,16 @@ class RolloutWorker:
             discounts=discounts, bootstrap_value=bootstrap_value, last_obs=last_obs,
         )
         self.env_steps += T * B
-        if self._postprocess is not None:
-            traj = self._postprocess(traj)
-        if self._encode is not None:
-            traj = self._encode(traj, cfg)
         returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
-        return SampleBatch(traj, T * B, returns, lengths, self.weights_version, timing)
+        return Rollout(traj, T * B, returns, lengths, version, timing, start)
+
+    def close(self) -> None:
+        """Stops the sampler thread (``sample_async``) and the environments."""
+        if self._ahead is not None:
+            self._ahead.close()
+        for env in self.envs:
+            env.close()
 
     def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
         """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
@@ -544,6 +660,9 @@ class WorkerSet:
         """Kills the worker actors and waits (up to 30 s) until they are gone, so the next
         run in this process finds their CPUs free."""
         actors = [h for h in self._slots.values() if not isinstance(h, _InDriver)]
+        for h in self._slots.values():
+            if isinstance(h, _InDriver):
+                h.worker.close()
         for h in actors:
             ray.kill(h, no_restart=True)
         self._slots.clear()

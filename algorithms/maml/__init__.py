@@ -64,6 +64,8 @@ class MAMLConfig(CommonConfig):
     """MAML settings (plus :class:`~jaxflow.config.CommonConfig`; of its rollout fields only
     ``num_workers`` and ``num_cpus_per_worker`` apply, in Ray mode)."""
 
+    on_policy = True
+
     env: str = "tasks/PointNavigation-v0"
     """Task distribution id, one of :func:`envs.tasks.list_task_distributions`; ``env_config``
     goes to its constructor (e.g. ``{"horizon": 50}``)."""

@@ -5,19 +5,23 @@ bootstrapped from the value of the final observation, found here by replaying th
 
 from __future__ import annotations
 
+import time
+
+import jax
 import numpy as np
 import pytest
 
 import envs
 from jaxflow import RolloutWorker, WorkerSpec, get_algorithm
-from jaxflow.workers import concat_batches
+from jaxflow.workers import SampleAhead, concat_batches
 from jaxflow.algorithm import build_learner
 
 
-def test_fragment_matches_the_network_and_a_replay_of_its_actions():
+@pytest.mark.parametrize("sample_async", [False, True])
+def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
     spec = get_algorithm("IMPALA")
     config = spec.config_cls(env="CartPole-v1", env_config={"max_episode_steps": 5}, num_workers=1,
-                             num_envs_per_worker=3, rollout_fragment_length=12, seed=7)
+                             num_envs_per_worker=3, rollout_fragment_length=12, seed=7, sample_async=sample_async)
     network, learner = build_learner(config, spec)
     params = learner.get_weights()
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
@@ -47,6 +51,7 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions():
             np.testing.assert_array_equal(step.obs, next_obs)
         assert truncations >= 6  # two time limits per copy per fragment: the bootstrap is exercised
     assert first.env_steps == second.env_steps == 36
+    worker.close()
 
 
 def test_sample_timing_splits_the_workers_time_between_env_and_policy():
@@ -99,3 +104,68 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
         np.testing.assert_array_equal(step.obs, d["obs"][t + 1] if t < 19 else d["last_obs"])
     assert truncations >= 2  # 40 frames are at most 10 agent steps: each copy hits the time limit
     replay.close()
+
+
+def test_sample_ahead_keeps_order_runs_one_ahead_and_reraises_errors():
+    started = []
+
+    def rollout():
+        started.append(len(started))
+        if len(started) == 4:
+            raise ValueError("env exploded")
+        return started[-1]
+
+    ahead = SampleAhead(rollout)
+    assert started == []  # nothing runs before the first take()
+    assert ahead.take() == 0
+    for expected in (1, 2):
+        time.sleep(0.05)
+        assert len(started) == expected + 1  # exactly one rollout ahead of the caller, never two
+        assert ahead.take() == expected
+    for _ in range(2):  # the error, then the same error again instead of a hang
+        with pytest.raises(ValueError, match="env exploded"):
+            ahead.take()
+
+    closed = SampleAhead(lambda: time.sleep(0.2) or "fragment")
+    assert closed.take() == "fragment"
+    closed.close()  # waits for the rollout in progress
+    with pytest.raises(RuntimeError, match="closed"):
+        closed.take()
+
+
+def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
+    # The thread is one fragment ahead: after new weights, the next fragment may still be one
+    # acted with the old ones, and it must say so; every fragment's logits are those of the
+    # weights of the version it reports.
+    spec = get_algorithm("IMPALA")
+    config = spec.config_cls(env="CartPole-v1", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=8,
+                             seed=1, sample_async=True)
+    network, learner = build_learner(config, spec)
+    old = learner.get_weights()
+    new = jax.tree.map(lambda x: x + 0.05, old)
+    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker.set_weights(old, 0)
+    batches = [worker.sample()]
+    worker.set_weights(new, 1)
+    batches += [worker.sample() for _ in range(3)]
+    versions = [b.weights_version for b in batches]
+    assert versions[0] == 0 and versions[-1] == 1 and versions == sorted(versions)
+    assert versions[2] == 1  # at most one fragment acted with weights older than the caller's
+    for b in batches:
+        params = (old, new)[b.weights_version]
+        logits, _ = network.apply(params, b.data["obs"].reshape(16, 4))
+        np.testing.assert_allclose(b.data["logits"], np.asarray(logits).reshape(8, 2, 2), rtol=1e-5, atol=1e-6)
+    worker.close()
+
+
+def test_an_env_error_in_the_sampler_thread_reaches_the_caller():
+    spec = get_algorithm("IMPALA")
+    config = spec.config_cls(env="jaxflow/WrongObservationShape-v0", num_workers=1, num_envs_per_worker=2,
+                             rollout_fragment_length=4, sample_async=True)
+    network, learner = build_learner(config, spec)
+    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker.set_weights(learner.get_weights(), 0)
+    for _ in range(2):
+        with pytest.raises(envs.EnvSpaceError, match="jaxflow/WrongObservationShape-v0"):
+            worker.sample()
+    worker.close()
