@@ -21,10 +21,9 @@ from typing import Any
 import jax
 import numpy as np
 import ray
-from common import fmt, logger, machine_info, ratio, write_report
+from common import fmt, logger, machine_info, parse_sets, ratio, write_report
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
-from jaxflow.config import parse_value
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.networks import forward_packed
 
@@ -226,14 +225,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     # Parsed and validated here, so that a typo fails before any Ray actor starts.
     config_cls = get_algorithm(args.algo).config_cls
-    args.overrides = {}
-    for item in args.set:
-        field, sep, text = item.partition("=")
-        if not sep:
-            p.error(f"--set takes FIELD=VALUE, got {item!r}")
-        if field.strip() in FLAG_FIELDS:
-            p.error(f"--set {field.strip()}: use {FLAG_FIELDS[field.strip()]}, which the raw and ceiling steppers follow too")
-        args.overrides[field.strip()] = parse_value(config_cls, field.strip(), text.strip())
+    args.overrides = parse_sets(p, config_cls, args.set, FLAG_FIELDS)
     config_cls(**algorithm_config(args))
     if args.quick:
         args.seconds, args.raw_seconds = 10.0, 5.0

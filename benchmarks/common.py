@@ -71,6 +71,27 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def parse_sets(parser: Any, config_cls: type, items: Sequence[str], flags: dict[str, str]) -> dict[str, Any]:
+    """``--set FIELD=VALUE`` items as typed config overrides, checked before anything starts:
+    a malformed item, an unknown field or a bad value ends the script with ``parser.error``,
+    and so does a field in ``flags`` (field -> the script's own flag that sets it)."""
+    from jaxflow.config import ConfigError, parse_value
+
+    overrides = {}
+    for item in items:
+        field, sep, text = item.partition("=")
+        field = field.strip()
+        if not sep:
+            parser.error(f"--set takes FIELD=VALUE, got {item!r}")
+        if field in flags:
+            parser.error(f"--set {field}: set by {flags[field]} in this script")
+        try:
+            overrides[field] = parse_value(config_cls, field, text.strip())
+        except ConfigError as error:
+            parser.error(str(error))
+    return overrides
+
+
 def write_report(out_dir: str, name: str, report: dict[str, Any], text: str) -> None:
     """Writes ``<name>.json`` and ``<name>.md`` under ``out_dir`` and prints the Markdown."""
     os.makedirs(out_dir, exist_ok=True)
