@@ -264,6 +264,10 @@ class MultiAgentRolloutWorker:
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
         return MultiAgentBatch(batches, T * B, returns, episodes[self.env.agents[0]][1], timing)
 
+    def close(self) -> None:
+        """Stops the environments (the worker set's ``stop()`` for a worker in the driver)."""
+        self.env.close()
+
     def _policy_batch(self, pid: str, steps: list[dict[str, np.ndarray]], episodes: Mapping[str, tuple[np.ndarray, np.ndarray]],
                       policy_watch: Stopwatch) -> SampleBatch:
         ws = self.policies[pid]

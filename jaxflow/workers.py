@@ -320,7 +320,7 @@ class SampleAhead:
         self._ready.release()
 
     def take(self) -> Any:
-        if self._thread.ident is None:  # the first call starts the thread on its first rollout
+        if self._thread.ident is None and not self._closed:  # the first call starts the thread
             self._wanted.release()
             self._thread.start()
         self._ready.acquire()
