@@ -279,7 +279,6 @@ class Rollout(NamedTuple):
     lengths: np.ndarray
     version: int
     timing: SampleTiming
-    started: float
 
 
 class SampleAhead:
@@ -412,6 +411,7 @@ class RolloutWorker:
         """
         if self.params is None:
             raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
+        start = time.perf_counter()
         rollout = self._rollout() if self._ahead is None else self._ahead.take()
         traj = rollout.traj
         if self._postprocess is not None:
@@ -419,8 +419,8 @@ class RolloutWorker:
         if self._encode is not None:
             traj = self._encode(traj, self.config)
         timing = rollout.timing
-        if self._ahead is None:
-            timing = timing._replace(sample_s=time.perf_counter() - rollout.started)
+        if self._ahead is None:  # postprocessing included
+            timing = timing._replace(sample_s=time.perf_counter() - start)
         return SampleBatch(traj, rollout.env_steps, rollout.returns, rollout.lengths, rollout.version, timing)
 
     def _rollout(self) -> Rollout:
@@ -483,7 +483,7 @@ class RolloutWorker:
         self.env_steps += T * B
         returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
-        return Rollout(traj, T * B, returns, lengths, version, timing, start)
+        return Rollout(traj, T * B, returns, lengths, version, timing)
 
     def close(self) -> None:
         """Stops the sampler thread (``sample_async``) and the environments."""

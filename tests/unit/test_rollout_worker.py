@@ -145,9 +145,9 @@ def test_sample_ahead_keeps_order_runs_one_ahead_and_reraises_errors():
 
 
 def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
-    # The thread is one fragment ahead: after new weights, the next fragment may still be one
-    # acted with the old ones, and it must say so; every fragment's logits are those of the
-    # weights of the version it reports.
+    # The thread steps the next fragment as soon as one is taken: given new weights after
+    # that, the next fragment is still one acted with the old ones, and it must say so;
+    # every fragment's logits are those of the weights of the version it reports.
     spec = get_algorithm("IMPALA")
     config = spec.config_cls(env="CartPole-v1", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=8,
                              seed=1, sample_async=True)
@@ -157,11 +157,14 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
     worker.set_weights(old, 0)
     batches = [worker.sample()]
+    deadline = time.monotonic() + 30.0
+    while worker.env_steps < 2 * 16 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert worker.env_steps == 2 * 16  # the second fragment was stepped unasked, and no third
     worker.set_weights(new, 1)
     batches += [worker.sample() for _ in range(3)]
-    versions = [b.weights_version for b in batches]
-    assert versions[0] == 0 and versions[-1] == 1 and versions == sorted(versions)
-    assert versions[2] == 1  # at most one fragment acted with weights older than the caller's
+    assert [b.weights_version for b in batches] == [0, 0, 1, 1]
     for b in batches:
         params = (old, new)[b.weights_version]
         logits, _ = network.apply(params, b.data["obs"].reshape(16, 4))
