@@ -5,6 +5,9 @@ the same run (the physical limit of this machine).
 Frames are agent steps x the frame skip (4). The goals: sampled frames/s >= 90% of the
 raw limit, and a learner that keeps up (trained >= 95% of sampled).
 
+``--variant "FIELD=VALUE ..."`` (repeatable) measures other configs in the same run, each
+against its own raw measurement taken just before it, next to the base config (``--set``).
+
 Writes ``results/atari_throughput_<algo>.json``, ``.md`` and ``.png`` and prints the report.
 """
 
@@ -16,12 +19,12 @@ import functools
 import os
 import statistics
 import time
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import numpy as np
 import ray
-from common import fmt, logger, machine_info, parse_sets, ratio, write_report
+from common import fmt, logger, machine_info, parse_sets, parse_variants, ratio, variant_name, write_report
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
@@ -64,9 +67,9 @@ class Stepper:
         return steps
 
 
-def stepper_frames_per_s(args: argparse.Namespace, with_policy: bool) -> float:
+def stepper_frames_per_s(args: argparse.Namespace, config: dict[str, Any], with_policy: bool) -> float:
     gpus = args.gpus_per_worker if with_policy else 0.0
-    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(args.algo, algorithm_config(args), args.seed + 1000 * i, with_policy)
+    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(args.algo, config, args.seed + 1000 * i, with_policy)
               for i in range(args.workers)]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation
@@ -83,18 +86,19 @@ FLAG_FIELDS = {"env": "--env", "num_workers": "--workers", "num_envs_per_worker"
                "num_gpus_per_worker": "--gpus-per-worker", "buffer_size": "--replay-capacity"}
 
 
-def algorithm_config(args: argparse.Namespace) -> dict[str, Any]:
+def algorithm_config(args: argparse.Namespace, variant: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The config fields of a run: this script's flags, then ``--set``, then ``variant``."""
     fields: dict[str, Any] = dict(env=args.env, num_workers=args.workers, num_envs_per_worker=args.envs_per_worker,
                                   seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64,
                                   num_cpus_per_worker=args.cpus_per_worker, num_gpus_per_worker=args.gpus_per_worker)
     if args.algo == "APEX":
         fields.update(frame_stack=4, buffer_size=args.replay_capacity, learning_starts=1_000)
-    return {**fields, **args.overrides}
+    return {**fields, **args.overrides, **(variant or {})}
 
 
-def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
+def run_algorithm(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
-    algo = Algorithm.build(args.algo, **algorithm_config(args))
+    algo = Algorithm.build(args.algo, **config)
     build_s = time.perf_counter() - t0
     results = []
     try:
@@ -138,45 +142,48 @@ def run_algorithm(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# The report's rows: (label, how a variant's medians give the cell).
+ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("raw ALE limit, frames/s (random actions, measured just before)", lambda v: f"{v['raw_frames_per_s']:,.0f}"),
+    ("sampled, frames/s", lambda v: f"{v['result']['sampled_frames_per_s']:,.0f}"),
+    ("**sampled / raw** (goal >= 90%)", lambda v: f"**{fmt(v['goals']['sampled_of_raw'], '.0%')}**"),
+    ("trained, frames/s", lambda v: f"{v['result']['trained_frames_per_s']:,.0f}"),
+    ("**trained / sampled** (goal >= 95%)", lambda v: f"**{fmt(v['goals']['trained_of_sampled'], '.1%')}**"),
+    ("sampled, against the base", lambda v: fmt(v["sampled_vs_base"], ".2f", "base") + ("x" if v["sampled_vs_base"] else "")),
+    ("learner updates/s", lambda v: f"{v['result']['updates_per_s']:.1f}"),
+    ("learner waiting for data (s per s)", lambda v: f"{v['result']['learner_wait_s_per_s']:.2f}"),
+    ("transfers/s to device", lambda v: f"{v['result']['transfers_per_s']:.1f}"),
+    ("MB/s to device", lambda v: f"{v['result']['mb_to_device_per_s']:.1f}"),
+    ("policy lag (median, SGD steps)", lambda v: fmt(v["result"]["policy_lag_median"], ".0f")),
+    ("workers sampling (share of wall time)", lambda v: fmt(v["result"]["workers_sampling"], ".0%")),
+    ("... of which stepping the envs", lambda v: fmt(v["result"]["sampling_in_env"], ".0%")),
+    ("... of which waiting for the forward pass", lambda v: fmt(v["result"]["sampling_waiting_for_policy"], ".0%")),
+    ("build (s)", lambda v: f"{v['result']['build_s']:.1f}"),
+]
+
+
 def markdown(report: dict[str, Any]) -> str:
-    a, m, r = report["args"], report["machine"], report["result"]
-    raw, pol = report["raw_frames_per_s"], report["with_policy_frames_per_s"]
+    a, m, variants = report["args"], report["machine"], report["variants"]
+    pol = report["with_policy_frames_per_s"]
     acting = f"a {a['gpus_per_worker']:g} share of the GPU each" if a["gpus_per_worker"] else "their CPUs"
+    raw_all = statistics.median(r["raw_frames_per_s"] for rep in report["repeats"] for r in rep["variants"])
     lines = [
         f"# {a['algo']} throughput on {a['env']}",
         "",
         f"{report['time']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load {m['load_average_at_start'][0]:.2f} · "
         f"learner on {m['jax_backend']} ({m['device_kind']} x{m['num_devices']}) · {a['workers']} workers x "
-        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env, {a['cpus_per_worker']:g} CPU each), acting on {acting} · {a['seconds']:.0f} s after the first iteration (build {r['build_s']:.1f} s)"
+        f"{a['envs_per_worker']} envs ({a['vector_env']} vector env, {a['cpus_per_worker']:g} CPU each), acting on {acting} · "
+        f"{a['seconds']:.0f} s after the first iteration, raw {a['raw_seconds']:.0f} s · medians of {len(report['repeats'])} "
+        "repeat(s), ratios the median of each repeat's own ratio"
         + "".join(f" · {k}={v}" for k, v in a["overrides"].items()),
         "",
-        "| frames/s | value | of raw ALE limit |",
-        "|---|---:|---:|",
-        f"| raw ALE, {a['workers']} processes, random actions | {raw:,.0f} | 100% |",
-        f"| ALE + {a['algo']}'s network acting on {acting} | {pol:,.0f} "
-        f"| {fmt(ratio(pol, raw), '.0%')} |",
-        f"| sampled | {r['sampled_frames_per_s']:,.0f} | {fmt(ratio(r['sampled_frames_per_s'], raw), '.0%')} |",
-        f"| trained | {r['trained_frames_per_s']:,.0f} | {fmt(ratio(r['trained_frames_per_s'], raw), '.0%')} |",
+        f"ALE + {a['algo']}'s network acting on {acting} (the ceiling of acting): {pol:,.0f} frames/s, "
+        f"{fmt(ratio(pol, raw_all), '.0%')} of the median raw limit ({raw_all:,.0f}).",
         "",
-        "| learner | value |",
-        "|---|---:|",
-        f"| trained / sampled | {fmt(ratio(r['trained_frames_per_s'], r['sampled_frames_per_s']), '.1%')} |",
-        f"| updates/s | {r['updates_per_s']:.1f} |",
-        f"| time waiting for data (s per s) | {r['learner_wait_s_per_s']:.2f} |",
-        f"| transfers/s to device | {r['transfers_per_s']:.1f} |",
-        f"| MB/s to device | {r['mb_to_device_per_s']:.1f} |",
-        f"| policy lag (median, SGD steps) | {fmt(r['policy_lag_median'], '.0f')} |",
-        "",
-        "| workers | value |",
-        "|---|---:|",
-        f"| time sampling (share of wall time, mean over workers) | {fmt(r['workers_sampling'], '.0%')} |",
-        f"| ... of which stepping the envs | {fmt(r['sampling_in_env'], '.0%')} |",
-        f"| ... of which waiting for the policy's forward pass | {fmt(r['sampling_waiting_for_policy'], '.0%')} |",
-        "",
-        f"Goals: sampled >= 90% of the raw limit (median over {len(report['repeats'])} repeat(s) of each repeat's "
-        f"ratio: {report['goals']['sampled_of_raw']:.0%}); trained >= 95% of sampled "
-        f"({report['goals']['trained_of_sampled']:.1%}).",
+        "| | " + " | ".join(v["name"] for v in variants) + " |",
+        "|---|" + "---:|" * len(variants),
     ]
+    lines += [f"| {label} | " + " | ".join(cell(v) for v in variants) + " |" for label, cell in ROWS]
     return "\n".join(lines) + "\n"
 
 
@@ -186,16 +193,18 @@ def plot(report: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    r = report["result"]
-    names = ["raw ALE limit", "ALE + network", "sampled", "trained"]
-    values = [report["raw_frames_per_s"], report["with_policy_frames_per_s"], r["sampled_frames_per_s"], r["trained_frames_per_s"]]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(names, values, color=["#999999", "#bbbbbb", "#1f77b4", "#ff7f0e"])
-    ax.axhline(0.9 * values[0], color="k", linestyle="--", linewidth=1, label="90% of raw")
+    variants = report["variants"]
+    x = np.arange(len(variants))
+    fig, ax = plt.subplots(figsize=(2.5 + 1.8 * len(variants), 3.5))
+    ax.bar(x - 0.3, [v["raw_frames_per_s"] for v in variants], 0.3, color="#999999", label="raw ALE limit")
+    ax.bar(x, [v["result"]["sampled_frames_per_s"] for v in variants], 0.3, color="#1f77b4", label="sampled")
+    ax.bar(x + 0.3, [v["result"]["trained_frames_per_s"] for v in variants], 0.3, color="#ff7f0e", label="trained")
+    ax.axhline(report["with_policy_frames_per_s"], color="k", linestyle=":", linewidth=1, label="ALE + network")
+    ax.set_xticks(x, [v["name"].replace(" ", "\n") for v in variants], fontsize=8)
     ax.set_ylabel("frames / s")
     a = report["args"]
-    ax.set_title(f"{a['algo']} on {a['env']}: {a['workers']} workers x {a['envs_per_worker']} envs")
-    ax.legend()
+    ax.set_title(f"{a['algo']} on {a['env']}: {a['workers']} workers x {a['envs_per_worker']} envs", fontsize=10)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -221,12 +230,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a field of the algorithm's config (as `jaxflow train --set`), e.g. "
                         "samples_per_insert=1 for Ape-X or send_frames_once=false for IMPALA; repeatable")
+    p.add_argument("--variant", action="append", default=[], metavar='"FIELD=VALUE ..."',
+                   help="also measure the base config (--set) with these fields changed, in the same run, e.g. "
+                        '--variant sample_async=true --variant "num_env_groups=2 sample_async=true"; repeatable')
     p.add_argument("--quick", action="store_true", help="smoke run: 10 s measured, 5 s raw")
     args = p.parse_args(argv)
     # Parsed and validated here, so that a typo fails before any Ray actor starts.
     config_cls = get_algorithm(args.algo).config_cls
     args.overrides = parse_sets(p, config_cls, args.set, FLAG_FIELDS)
-    config_cls(**algorithm_config(args))
+    args.variants = parse_variants(p, config_cls, args.variant, FLAG_FIELDS, algorithm_config(args))
     if args.quick:
         args.seconds, args.raw_seconds = 10.0, 5.0
     return args
@@ -241,34 +253,62 @@ def median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {key: med(key) for key in results[0]}
 
 
+def measure_repeat(args: argparse.Namespace, order: list[int]) -> dict[str, Any]:
+    """The ceiling of acting, then each variant in ``order``: its raw limit, then the algorithm."""
+    log(f"ALE + {args.algo}'s network acting, {args.workers} processes x {args.envs_per_worker} envs")
+    with_policy = stepper_frames_per_s(args, algorithm_config(args), with_policy=True)
+    log(f"ALE + policy: {with_policy:,.0f} frames/s")
+    measured: dict[int, dict[str, Any]] = {}
+    for i in order:
+        config = algorithm_config(args, args.variants[i])
+        raw = stepper_frames_per_s(args, config, with_policy=False)
+        log(f"[{variant_name(args.variants[i])}] raw ALE: {raw:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s")
+        result = run_algorithm(args, config)
+        log(f"[{variant_name(args.variants[i])}] sampled {result['sampled_frames_per_s']:,.0f} frames/s "
+            f"({fmt(ratio(result['sampled_frames_per_s'], raw), '.0%')} of raw)")
+        measured[i] = {"raw_frames_per_s": raw, "result": result,
+                       "sampled_of_raw": ratio(result["sampled_frames_per_s"], raw),
+                       "trained_of_sampled": ratio(result["trained_frames_per_s"], result["sampled_frames_per_s"])}
+    base = measured[0]["result"]["sampled_frames_per_s"]
+    for m in measured.values():
+        m["sampled_vs_base"] = ratio(m["result"]["sampled_frames_per_s"], base)
+    return {"with_policy_frames_per_s": with_policy, "variants": [measured[i] for i in range(len(args.variants))]}
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
     machine = machine_info()
     repeats = []
-    # Each repeat measures the limit, the ceiling and the algorithm back to back, so that the
-    # machine's drift between repeats (seen: raw ALE from 63k to 94k frames/s) hits all three.
-    for i in range(args.repeats):
-        log(f"repeat {i + 1}/{args.repeats}: raw ALE, {args.workers} processes x {args.envs_per_worker} envs, {args.raw_seconds:.0f} s")
-        raw = stepper_frames_per_s(args, with_policy=False)
-        log(f"raw ALE: {raw:,.0f} frames/s; now with {args.algo}'s network acting")
-        with_policy = stepper_frames_per_s(args, with_policy=True)
-        log(f"ALE + policy: {with_policy:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s")
-        result = run_algorithm(args)
-        repeats.append({"raw_frames_per_s": raw, "with_policy_frames_per_s": with_policy, "result": result,
-                        "sampled_of_raw": ratio(result["sampled_frames_per_s"], raw),
-                        "trained_of_sampled": ratio(result["trained_frames_per_s"], result["sampled_frames_per_s"])})
+    # Every variant is measured right after its own raw limit, so that the machine's drift
+    # (seen: raw ALE from 63k to 94k frames/s between runs) hits both; the order of the
+    # variants reverses from one repeat to the next, so that none is always measured first.
+    for r in range(args.repeats):
+        order = list(range(len(args.variants)))
+        log(f"repeat {r + 1}/{args.repeats}")
+        repeats.append(measure_repeat(args, order if r % 2 == 0 else order[::-1]))
+
+    def med(values: Any) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    variants = []
+    for i, variant in enumerate(args.variants):
+        runs = [rep["variants"][i] for rep in repeats]
+        variants.append({
+            "name": variant_name(variant), "overrides": variant,
+            "raw_frames_per_s": med(r["raw_frames_per_s"] for r in runs),
+            "result": median_result([r["result"] for r in runs]),
+            "goals": {"sampled_of_raw": med(r["sampled_of_raw"] for r in runs),
+                      "trained_of_sampled": med(r["trained_of_sampled"] for r in runs)},
+            "sampled_vs_base": None if i == 0 else med(r["sampled_vs_base"] for r in runs),
+        })
     report = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "args": vars(args),
+        "args": {k: v for k, v in vars(args).items() if k != "variants"},
         "machine": machine,
-        "raw_frames_per_s": statistics.median(r["raw_frames_per_s"] for r in repeats),
         "with_policy_frames_per_s": statistics.median(r["with_policy_frames_per_s"] for r in repeats),
-        "result": median_result([r["result"] for r in repeats]),
-        "goals": {  # medians of each repeat's own ratio
-            "sampled_of_raw": statistics.median(r["sampled_of_raw"] for r in repeats),
-            "trained_of_sampled": statistics.median(r["trained_of_sampled"] for r in repeats),
-        },
+        "variants": variants,
         "repeats": repeats,
     }
     name = f"atari_throughput_{args.algo.lower()}"

@@ -92,6 +92,31 @@ def parse_sets(parser: Any, config_cls: type, items: Sequence[str], flags: dict[
     return overrides
 
 
+def parse_variants(parser: Any, config_cls: type, items: Sequence[str], flags: dict[str, str],
+                   base: dict[str, Any]) -> list[dict[str, Any]]:
+    """``--variant "FIELD=VALUE ..."`` items as override dicts, after the base config's
+    ``{}``: the configs a script measures in turn in one run. Each item is parsed as ``--set``
+    is, and the config it makes of ``base`` (the script's whole base config) is built, so a
+    bad combination also ends the script with ``parser.error`` before anything starts."""
+    from jaxflow.config import ConfigError
+
+    variants = [parse_sets(parser, config_cls, item.split(), flags) for item in items]
+    if any(not v for v in variants):
+        parser.error("--variant takes one or more FIELD=VALUE items")
+    variants = [{}] + variants
+    for variant in variants:
+        try:
+            config_cls(**{**base, **variant})
+        except ConfigError as error:
+            parser.error(f"{variant_name(variant)}: {error}")
+    return variants
+
+
+def variant_name(variant: dict[str, Any]) -> str:
+    """``"FIELD=VALUE ..."``, or ``"base"`` for the base config."""
+    return " ".join(f"{k}={v}" for k, v in variant.items()) or "base"
+
+
 def write_report(out_dir: str, name: str, report: dict[str, Any], text: str) -> None:
     """Writes ``<name>.json`` and ``<name>.md`` under ``out_dir`` and prints the Markdown."""
     os.makedirs(out_dir, exist_ok=True)

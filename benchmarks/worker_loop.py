@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import numpy as np
-from common import fmt, logger, machine_info, parse_sets, write_report
+from common import fmt, logger, machine_info, parse_sets, parse_variants, variant_name, write_report
 
 from jaxflow import RolloutWorker, WorkerSpec, get_algorithm, make_vector_envs
 from jaxflow.algorithm import build_learner
@@ -66,66 +66,89 @@ def worker_frames_per_s(worker: RolloutWorker, fragments: int) -> tuple[float, f
     return FRAME_SKIP * steps / wall, env_s / sample_s, policy_s / sample_s
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def base_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config fields of the base worker: this script's flags, then ``--set``."""
+    return dict(env=args.env, vector_env="ale", num_workers=1, num_envs_per_worker=args.envs,
+                num_cpus_per_worker=args.threads, seed=args.seed, **args.overrides)
+
+
+def build_worker(args: argparse.Namespace, variant: dict[str, Any], num_outputs: int) -> RolloutWorker:
     spec = get_algorithm(args.algo)
-    config = spec.config_cls(env=args.env, vector_env="ale", num_workers=1, num_envs_per_worker=args.envs,
-                             num_cpus_per_worker=args.threads, seed=args.seed, **args.overrides)
+    config = spec.config_cls(**{**base_config(args), **variant})
     network, learner = build_learner(config, spec)
     worker = RolloutWorker(WorkerSpec(config, network, spec.postprocess, None, spec.encode, spec.explore), 0)
     worker.set_weights(learner.get_weights(), 0)
     worker.sample()  # compiles
-    raw_env = make_vector_envs(config, args.seed + 999, num_groups=1)[0]
-    raw_env.reset()
     if args.policy == "free":
         # Swapped on purpose: the forward pass's outputs are logits and the value.
-        worker._forward = free_forward(int(raw_env.action_space.n) + 1, args.latency_ms / 1e3)
+        worker._forward = free_forward(num_outputs, args.latency_ms / 1e3)
+    return worker
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    config = get_algorithm(args.algo).config_cls(**base_config(args))
+    raw_env = make_vector_envs(config, args.seed + 999, num_groups=1)[0]
+    raw_env.reset()
+    workers: list[RolloutWorker] = []
     rng = np.random.default_rng(args.seed)
     repeats = []
     try:
+        for variant in args.variants:
+            workers.append(build_worker(args, variant, int(raw_env.action_space.n) + 1))
         for i in range(args.repeats):
-            raw = raw_frames_per_s(raw_env, args.raw_seconds, rng)
-            frames, env_share, policy_share = worker_frames_per_s(worker, args.fragments)
-            repeats.append(dict(raw_frames_per_s=raw, worker_frames_per_s=frames, worker_of_raw=frames / raw,
-                                env_share=env_share, policy_share=policy_share))
-            log(f"repeat {i + 1}/{args.repeats}: raw {raw:,.0f}, worker {frames:,.0f} frames/s ({frames / raw:.0%})")
-            # A sample_async thread is a fragment ahead: let it finish before the raw phase.
-            time.sleep(2.0 * args.envs * config.rollout_fragment_length * FRAME_SKIP / frames)
+            # Each variant right after its own raw phase; the order reverses every repeat.
+            order = range(len(workers)) if i % 2 == 0 else reversed(range(len(workers)))
+            measured = {}
+            for v in order:
+                raw = raw_frames_per_s(raw_env, args.raw_seconds, rng)
+                frames, env_share, policy_share = worker_frames_per_s(workers[v], args.fragments)
+                measured[v] = dict(raw_frames_per_s=raw, worker_frames_per_s=frames, worker_of_raw=frames / raw,
+                                   env_share=env_share, policy_share=policy_share)
+                log(f"repeat {i + 1}/{args.repeats} [{variant_name(args.variants[v])}]: raw {raw:,.0f}, "
+                    f"worker {frames:,.0f} frames/s ({frames / raw:.0%})")
+                # A sample_async thread is a fragment ahead: let it finish before the next phase.
+                time.sleep(2.0 * args.envs * config.rollout_fragment_length * FRAME_SKIP / frames)
+            repeats.append([measured[v] for v in range(len(workers))])
     finally:
-        worker.close()
+        for worker in workers:
+            worker.close()
         raw_env.close()
 
-    def med(key: str) -> float:
-        return statistics.median(r[key] for r in repeats)
+    def med(v: int, key: str) -> float:
+        return statistics.median(r[v][key] for r in repeats)
 
+    keys = ("raw_frames_per_s", "worker_frames_per_s", "worker_of_raw", "env_share", "policy_share")
     return dict(
         date=datetime.datetime.now().isoformat(timespec="seconds"), machine=machine_info(),
         settings=dict(algo=args.algo, env=args.env, envs=args.envs, threads=args.threads, fragments=args.fragments,
                       raw_seconds=args.raw_seconds, policy=args.policy, latency_ms=args.latency_ms,
                       overrides=args.overrides, fragment_length=config.rollout_fragment_length),
-        repeats=repeats,
-        median=dict(raw_frames_per_s=med("raw_frames_per_s"), worker_frames_per_s=med("worker_frames_per_s"),
-                    worker_of_raw=med("worker_of_raw"), env_share=med("env_share"), policy_share=med("policy_share")),
+        variants=[dict(name=variant_name(variant), overrides=variant, repeats=[r[v] for r in repeats],
+                       median={k: med(v, k) for k in keys})
+                  for v, variant in enumerate(args.variants)],
     )
 
 
 def markdown(report: dict[str, Any]) -> str:
-    s, m = report["settings"], report["median"]
+    s = report["settings"]
     policy = "network" if s["policy"] == "network" else f"free ({s['latency_ms']:g} ms latency)"
     overrides = ", ".join(f"{k}={v}" for k, v in s["overrides"].items()) or "defaults"
+    variants = report["variants"]
     lines = [
         f"# One {s['algo']} rollout worker against raw ALE ({s['env']}, {s['envs']} envs, {s['threads']} emulator threads)",
         "",
-        f"Policy: {policy}; config: {overrides}; {len(report['repeats'])} repeats of {s['raw_seconds']:g} s raw "
-        f"then {s['fragments']} fragments of {s['fragment_length']} steps; {report['machine']['cpu_count']} CPUs "
-        f"({report['machine']['cpu_model']}), {report['machine']['jax_backend']}.",
+        f"Policy: {policy}; base config: {overrides}; {len(variants[0]['repeats'])} repeats, each variant's "
+        f"{s['raw_seconds']:g} s raw then {s['fragments']} fragments of {s['fragment_length']} steps; "
+        f"{report['machine']['cpu_count']} CPUs ({report['machine']['cpu_model']}), {report['machine']['jax_backend']}.",
         "",
-        "| repeat | raw ALE frames/s | worker frames/s | worker / raw | env share | policy share |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| variant | repeat | raw ALE frames/s | worker frames/s | worker / raw | env share | policy share |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
-    rows = [(str(i + 1), r) for i, r in enumerate(report["repeats"])] + [("**median**", m)]
-    for name, r in rows:
-        lines.append(f"| {name} | {r['raw_frames_per_s']:,.0f} | {r['worker_frames_per_s']:,.0f} | "
-                     f"{fmt(r['worker_of_raw'], '.0%')} | {r['env_share']:.0%} | {r['policy_share']:.0%} |")
+    for v in variants:
+        rows = [(str(i + 1), r) for i, r in enumerate(v["repeats"])] + [("**median**", v["median"])]
+        for name, r in rows:
+            lines.append(f"| {v['name']} | {name} | {r['raw_frames_per_s']:,.0f} | {r['worker_frames_per_s']:,.0f} | "
+                         f"{fmt(r['worker_of_raw'], '.0%')} | {r['env_share']:.0%} | {r['policy_share']:.0%} |")
     lines += ["", "The median ratio is the median of each repeat's own ratio (the raw rate drifts between repeats)."]
     return "\n".join(lines) + "\n"
 
@@ -145,8 +168,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out-dir", default=RESULTS_DIR)
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a config field, e.g. num_env_groups=2 or sample_async=true; repeatable")
+    p.add_argument("--variant", action="append", default=[], metavar='"FIELD=VALUE ..."',
+                   help="also measure a worker of the base config (--set) with these fields changed, in turn "
+                        'with it, e.g. --variant sample_async=true --variant "num_env_groups=2"; repeatable')
     args = p.parse_args(argv)
-    args.overrides = parse_sets(p, get_algorithm(args.algo).config_cls, args.set, FLAG_FIELDS)
+    config_cls = get_algorithm(args.algo).config_cls
+    args.overrides = parse_sets(p, config_cls, args.set, FLAG_FIELDS)
+    args.variants = parse_variants(p, config_cls, args.variant, FLAG_FIELDS, base_config(args))
+    for variant in args.variants:
+        groups = config_cls(**{**base_config(args), **variant}).num_env_groups
+        if groups > 1 and args.threads < (os.cpu_count() or 1):
+            log(f"caution [{variant_name(variant)}]: {groups} groups of {args.threads} emulator threads may step at once, "
+                f"on up to {groups * args.threads} of this machine's {os.cpu_count()} cores, against {args.threads} "
+                "thread(s) in the raw phase; use --threads equal to the cores the worker has to itself")
     if args.latency_ms and args.policy != "free":
         p.error("--latency-ms goes with --policy free")
     return args
