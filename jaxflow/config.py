@@ -226,7 +226,9 @@ class CommonConfig:
     num_env_groups: int = param(1, POSITIVE)
     """vector_env='ale': a worker's environments split into this many groups stepped in turn
     (2: double buffering), so one group's emulators run while the worker waits for the policy
-    on another; must divide num_envs_per_worker."""
+    on another; must divide num_envs_per_worker. Each group has num_cpus_per_worker emulator
+    threads, so whichever group is stepping alone can use all of the worker's CPUs; while
+    groups overlap, their threads share those CPUs."""
     sample_async: bool = False
     """Rollout workers step their envs in a background thread one fragment ahead of the
     plan's requests (RLlib's sample_async), so postprocessing, encoding and returning a
