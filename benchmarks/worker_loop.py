@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 log(f"repeat {i + 1}/{args.repeats} [{variant_name(args.variants[v])}]: raw {raw:,.0f}, "
                     f"worker {frames:,.0f} frames/s ({frames / raw:.0%})")
                 # A sample_async thread is a fragment ahead: let it finish before the next phase.
-                time.sleep(2.0 * args.envs * config.rollout_fragment_length * FRAME_SKIP / frames)
+                time.sleep(2.0 * args.envs * workers[v].config.rollout_fragment_length * FRAME_SKIP / frames)
             repeats.append([measured[v] for v in range(len(workers))])
     finally:
         for worker in workers:
