@@ -24,7 +24,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 import ray
-from common import fmt, logger, machine_info, parse_sets, parse_variants, ratio, variant_name, write_report
+from common import fmt, logger, machine_info, median_of_measured, parse_sets, parse_variants, ratio, variant_name, write_report
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
 from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
@@ -246,11 +246,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Field-wise median over repeats (None where no repeat measured the field)."""
-    def med(key: str) -> Any:
-        values = [r[key] for r in results if r[key] is not None]
-        return statistics.median(values) if values else None
-
-    return {key: med(key) for key in results[0]}
+    return {key: median_of_measured([r[key] for r in results]) for key in results[0]}
 
 
 def measure_repeat(args: argparse.Namespace, order: list[int]) -> dict[str, Any]:
@@ -288,20 +284,16 @@ def main(argv: list[str] | None = None) -> None:
         log(f"repeat {r + 1}/{args.repeats}")
         repeats.append(measure_repeat(args, order if r % 2 == 0 else order[::-1]))
 
-    def med(values: Any) -> float | None:
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
-
     variants = []
     for i, variant in enumerate(args.variants):
         runs = [rep["variants"][i] for rep in repeats]
         variants.append({
             "name": variant_name(variant), "overrides": variant,
-            "raw_frames_per_s": med(r["raw_frames_per_s"] for r in runs),
+            "raw_frames_per_s": median_of_measured([r["raw_frames_per_s"] for r in runs]),
             "result": median_result([r["result"] for r in runs]),
-            "goals": {"sampled_of_raw": med(r["sampled_of_raw"] for r in runs),
-                      "trained_of_sampled": med(r["trained_of_sampled"] for r in runs)},
-            "sampled_vs_base": None if i == 0 else med(r["sampled_vs_base"] for r in runs),
+            "goals": {"sampled_of_raw": median_of_measured([r["sampled_of_raw"] for r in runs]),
+                      "trained_of_sampled": median_of_measured([r["trained_of_sampled"] for r in runs])},
+            "sampled_vs_base": None if i == 0 else median_of_measured([r["sampled_vs_base"] for r in runs]),
         })
     report = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -62,7 +62,8 @@ def median_of_reached(values: Sequence[float | None]) -> float | None:
 
 
 def median_of_measured(values: Sequence[float | None]) -> float | None:
-    """Median over the runs that did not raise (they have no measurements)."""
+    """Median of the values that were measured; None marks one that was not (a run that raised,
+    a field a run does not have), and the median of none is None."""
     measured = [v for v in values if v is not None]
     return statistics.median(measured) if measured else None
 
