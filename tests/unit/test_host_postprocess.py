@@ -76,8 +76,9 @@ def test_a_new_shape_gets_its_own_plan():
 
 
 def test_computed_fields_come_back_as_numpy():
-    out = HostPostprocess(lambda t: {"r2": 2 * t["r"]})({"r": np.ones(3, np.float32)})
+    out = HostPostprocess(lambda t: {"r2": 2 * t["r"]})({"r": np.array([1.0, -2.0, 0.5], np.float32)})
     assert isinstance(out["r2"], np.ndarray)
+    np.testing.assert_array_equal(out["r2"], np.array([2.0, -4.0, 1.0], np.float32))
 
 
 def test_nested_output_is_refused():
