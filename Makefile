@@ -2,8 +2,9 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+SOURCES := jaxflow algorithms envs tests benchmarks
 
-.PHONY: train test bench clean
+.PHONY: train test check lint typecheck format bench clean
 
 $(BIN)/jaxflow: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +16,23 @@ train: $(BIN)/jaxflow
 	$(BIN)/jaxflow train --algo PPO --env CartPole-v1 --num-workers 2 --seed 0 \
 	    --stop episode_return_mean=450 --stop env_steps_sampled=300000 --logdir runs/ppo-cartpole
 
+# The whole suite: unit, integration and learning tests, and the docstrings' examples.
 test: $(BIN)/jaxflow
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --doctest-modules jaxflow tests
+
+# Lint, format and type checks (CI runs them before the tests).
+check: lint typecheck
+
+lint: $(BIN)/jaxflow
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+
+typecheck: $(BIN)/jaxflow
+	$(BIN)/mypy
+
+format: $(BIN)/jaxflow
+	$(BIN)/ruff check --fix $(SOURCES)
+	$(BIN)/ruff format $(SOURCES)
 
 bench: $(BIN)/jaxflow
 	$(BIN)/python benchmarks/ppo_cartpole.py

@@ -1,13 +1,31 @@
 """Algorithms, one per page: config, pure loss, plan. Importing this package registers them."""
 
-from algorithms.a2c import A2C, A2CConfig
-from algorithms.a3c import A3C, A3CConfig
-from algorithms.apex import APEX, ApexConfig
-from algorithms.appo import APPO, APPOConfig
-from algorithms.dqn import DQN, DQNConfig
-from algorithms.impala import IMPALA, IMPALAConfig
-from algorithms.maml import MAML, MAMLConfig
-from algorithms.multiagent import MULTIAGENT
-from algorithms.ppo import PPO, PPOConfig
+from jaxflow.algorithms.a2c import A2C, A2CConfig
+from jaxflow.algorithms.a3c import A3C, A3CConfig
+from jaxflow.algorithms.apex import APEX, ApexConfig
+from jaxflow.algorithms.appo import APPO, APPOConfig
+from jaxflow.algorithms.dqn import DQN, DQNConfig
+from jaxflow.algorithms.impala import IMPALA, IMPALAConfig
+from jaxflow.algorithms.maml import MAML, MAMLConfig
+from jaxflow.algorithms.multiagent import MULTIAGENT
+from jaxflow.algorithms.ppo import PPO, PPOConfig
 
-__all__ = ["A2C", "A2CConfig", "A3C", "A3CConfig", "APEX", "ApexConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "IMPALA", "IMPALAConfig", "MAML", "MAMLConfig", "MULTIAGENT", "PPO", "PPOConfig"]
+__all__ = [
+    "A2C",
+    "A3C",
+    "APEX",
+    "APPO",
+    "DQN",
+    "IMPALA",
+    "MAML",
+    "MULTIAGENT",
+    "PPO",
+    "A2CConfig",
+    "A3CConfig",
+    "APPOConfig",
+    "ApexConfig",
+    "DQNConfig",
+    "IMPALAConfig",
+    "MAMLConfig",
+    "PPOConfig",
+]

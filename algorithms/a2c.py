@@ -6,7 +6,8 @@ al., 2016, "High-Dimensional Continuous Control Using Generalized Advantage Esti
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import chex
 import distrax
@@ -25,9 +26,9 @@ from jaxflow import (
     TrainOneStep,
     register_algorithm,
 )
-from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.multiagent import on_policy_flow
-from jaxflow.operators import bulk_sync_env_steps
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.ops.multiagent_ops import on_policy_flow
+from jaxflow.ops.rollout_ops import bulk_sync_env_steps
 
 Array = jax.Array
 
@@ -53,8 +54,10 @@ class A2CConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.train_batch_size >= self.rollout_fragment_length,
-                f"train_batch_size ({self.train_batch_size}) must be >= rollout_fragment_length ({self.rollout_fragment_length}).")
+        require(
+            self.train_batch_size >= self.rollout_fragment_length,
+            f"train_batch_size ({self.train_batch_size}) must be >= rollout_fragment_length ({self.rollout_fragment_length}).",
+        )
 
 
 def gae(r_t: Array, discount_t: Array, v_t: Array, bootstrap_value: Array, lambda_: float) -> tuple[Array, Array]:
@@ -79,7 +82,9 @@ def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
     return dict({k: traj[k] for k in keep}, advantages=adv, value_targets=targets)
 
 
-def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any) -> tuple[Array, dict[str, Array]]:
+def loss(
+    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any
+) -> tuple[Array, dict[str, Array]]:
     """Advantage actor-critic loss on a flat batch: policy gradient + value regression - entropy."""
     del rng
     logits, v = apply_fn(params, batch["obs"])
@@ -106,6 +111,14 @@ def plan(workers, learner, config: A2CConfig):
 
 
 A2C = register_algorithm(
-    AlgorithmSpec("A2C", A2CConfig, loss, plan, postprocess, train_batch_env_steps=bulk_sync_env_steps,
-                  device=DeviceSpec(), flow=on_policy_flow(train_flow))
+    AlgorithmSpec(
+        "A2C",
+        A2CConfig,
+        loss,
+        plan,
+        postprocess,
+        train_batch_env_steps=bulk_sync_env_steps,
+        device=DeviceSpec(),
+        flow=on_policy_flow(train_flow),
+    )
 )

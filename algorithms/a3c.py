@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 
-from algorithms.a2c import loss, postprocess
-from jaxflow import AlgorithmSpec, ApplyGradients, CommonConfig, ComputeGradients, ParallelRollouts, ReportMetrics, register_algorithm
-from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param
+from jaxflow import (
+    AlgorithmSpec,
+    ApplyGradients,
+    CommonConfig,
+    ComputeGradients,
+    ParallelRollouts,
+    ReportMetrics,
+    register_algorithm,
+)
+from jaxflow.algorithms.a2c import loss, postprocess
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,15 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.dqn import (
-    DQNConfig,
-    beta_schedule,
-    encode,
-    epsilon_greedy,
-    loss,
-    make_replay,
-    postprocess,
-)
 from jaxflow import (
     AlgorithmSpec,
     Concurrently,
@@ -35,10 +26,11 @@ from jaxflow import (
     UpdateWorkerWeights,
     register_algorithm,
 )
-from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.device import ToDevice, device_data
-from jaxflow.networks import q_network
-from jaxflow.operators import replay_train_batch
+from jaxflow.algorithms.dqn import DQNConfig, beta_schedule, encode, epsilon_greedy, loss, make_replay, postprocess
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.learn.to_device import ToDevice, device_data
+from jaxflow.networks.build import q_network
+from jaxflow.ops.train_ops import replay_train_batch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +47,7 @@ class ApexConfig(DQNConfig):
     """Replayed transitions per SGD step."""
     replay_batch_size: int = param(512, POSITIVE)
     """Transitions per replay request (the paper's 512), split into SGD steps of ``train_batch_size``."""
-    samples_per_insert: float | None = None
+    samples_per_insert: float | None = None  # type: ignore[assignment]  # Ape-X's limiter is optional, DQN's is not
     """Rate limiter (Reverb's sample-to-insert ratio) on every shard; None (default) lets the
     learner replay as fast as it can, as in the paper."""
     target_network_update_freq: int = param(100, POSITIVE)
@@ -77,11 +69,15 @@ class ApexConfig(DQNConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.replay_batch_size % self.train_batch_size == 0,
-                f"replay_batch_size ({self.replay_batch_size}) must be a multiple of train_batch_size ({self.train_batch_size}).")
+        require(
+            self.replay_batch_size % self.train_batch_size == 0,
+            f"replay_batch_size ({self.replay_batch_size}) must be a multiple of train_batch_size ({self.train_batch_size}).",
+        )
         require(self.num_workers >= 1, "ApexConfig.num_workers must be >= 1: its actors are Ray actors.")
-        require(self.samples_per_insert is None or self.samples_per_insert > 0,
-                f"ApexConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.")
+        require(
+            self.samples_per_insert is None or self.samples_per_insert > 0,
+            f"ApexConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.",
+        )
 
 
 def worker_epsilon(config: ApexConfig, worker_index: int) -> float:
@@ -92,7 +88,9 @@ def worker_epsilon(config: ApexConfig, worker_index: int) -> float:
     return config.worker_epsilon_base**exponent
 
 
-def explore(rng: np.random.Generator, q: np.ndarray, config: ApexConfig, worker_index: int, env_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def explore(
+    rng: np.random.Generator, q: np.ndarray, config: ApexConfig, worker_index: int, env_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     return epsilon_greedy(rng, q, worker_epsilon(config, worker_index))
 
 
@@ -107,24 +105,43 @@ def make_limited_replay(config: ApexConfig) -> Any:
 def plan(workers, learner, config: ApexConfig, replay):
     thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
     # (1) actors sample asynchronously into random shards and fetch new weights every so often
-    store = (ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
-             .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
-             .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
+    store = (
+        ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
+        .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
+        .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay))
+    )
     # (2) replayed batches from every shard go to the learner's devices ahead of the learner thread
-    replayed = ParallelReplay(replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async)
+    replayed = ParallelReplay(
+        replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async
+    )
     feed = ToDevice(replayed, learner, to_host=replay_train_batch).for_each(Enqueue(thread))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags
-    update = (Dequeue(thread).for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
-              .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
-    return ReportMetrics(Concurrently([store, feed, update], mode="async", output_indexes=[2]), workers,
-                         config.min_env_steps_per_iteration)
+    update = (
+        Dequeue(thread)
+        .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
+        .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq))
+    )
+    return ReportMetrics(
+        Concurrently([store, feed, update], mode="async", output_indexes=[2]),
+        workers,
+        config.min_env_steps_per_iteration,
+    )
 
 
 APEX = register_algorithm(
     AlgorithmSpec(
-        "APEX", ApexConfig, loss, plan, postprocess,
+        "APEX",
+        ApexConfig,
+        loss,
+        plan,
+        postprocess,
         sgd=lambda c: (1, c.train_batch_size),
-        network=lambda c, obs_shape, num_actions: q_network(obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling),
-        target_network=True, replay=make_limited_replay, explore=explore, encode=encode,
+        network=lambda c, obs_shape, num_actions: q_network(
+            obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling
+        ),
+        target_network=True,
+        replay=make_limited_replay,
+        explore=explore,
+        encode=encode,
     )
 )

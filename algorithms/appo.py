@@ -6,15 +6,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import rlax
 
-from algorithms.impala import IMPALA, IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
 from jaxflow import AlgorithmSpec, register_algorithm
-from jaxflow.config import POSITIVE, param, require
+from jaxflow.algorithms.impala import IMPALA, IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
+from jaxflow.config.fields import POSITIVE, param, require
 
 Array = jax.Array
 
@@ -33,11 +34,15 @@ class APPOConfig(IMPALAConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         sequences = -(-self.train_batch_size // self.rollout_fragment_length)
-        require(self.minibatch_sequences <= sequences,
-                f"minibatch_sequences ({self.minibatch_sequences}) must be <= the {sequences} sequences of a train batch.")
+        require(
+            self.minibatch_sequences <= sequences,
+            f"minibatch_sequences ({self.minibatch_sequences}) must be <= the {sequences} sequences of a train batch.",
+        )
 
 
-def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: APPOConfig) -> tuple[Array, dict[str, Array]]:
+def loss(
+    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: APPOConfig
+) -> tuple[Array, dict[str, Array]]:
     """Clipped surrogate on V-trace advantages + value regression to V-trace targets -
     entropy bonus; the ratio is between the current policy and the actors' behaviour policy."""
     del rng
@@ -48,11 +53,23 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
     value_loss = 0.5 * jnp.mean(jnp.square(vs - values[:-1]))
     entropy = jnp.mean(entropy_t)
     total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy,
-                   "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps)}
+    return total, {
+        "policy_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+    }
 
 
 APPO = register_algorithm(
-    AlgorithmSpec("APPO", APPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_sequences),
-                  encode=IMPALA.encode, device=IMPALA.device)
+    AlgorithmSpec(
+        "APPO",
+        APPOConfig,
+        loss,
+        plan,
+        postprocess,
+        sgd=lambda c: (c.num_epochs, c.minibatch_sequences),
+        encode=IMPALA.encode,
+        device=IMPALA.device,
+    )
 )

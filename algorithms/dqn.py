@@ -7,8 +7,9 @@ al., 2016) in replay shards.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Mapping
+from typing import Any
 
 import chex
 import jax
@@ -35,11 +36,11 @@ from jaxflow import (
     UpdateWorkerWeights,
     register_algorithm,
 )
-from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.multiagent import CountPolicyUpdates
-from jaxflow.networks import q_network
-from jaxflow.replay import ReplayRows
-from jaxflow.transitions import encode_fragment
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.networks.build import q_network
+from jaxflow.ops.multiagent_ops import CountPolicyUpdates
+from jaxflow.replay.buffer import ReplayRows
+from jaxflow.replay.transitions import encode_fragment
 
 Array = jax.Array
 
@@ -105,10 +106,14 @@ class DQNConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.n_step < self.rollout_fragment_length or self.n_step == 1,
-                f"n_step ({self.n_step}) must be smaller than rollout_fragment_length ({self.rollout_fragment_length}).")
-        require(self.buffer_size >= self.num_replay_shards * max(self.learning_starts, self.train_batch_size),
-                f"buffer_size ({self.buffer_size}) must hold learning_starts ({self.learning_starts}) transitions per shard.")
+        require(
+            self.n_step < self.rollout_fragment_length or self.n_step == 1,
+            f"n_step ({self.n_step}) must be smaller than rollout_fragment_length ({self.rollout_fragment_length}).",
+        )
+        require(
+            self.buffer_size >= self.num_replay_shards * max(self.learning_starts, self.train_batch_size),
+            f"buffer_size ({self.buffer_size}) must hold learning_starts ({self.learning_starts}) transitions per shard.",
+        )
 
 
 def n_step_targets(r_t: Array, discount_t: Array, n: int) -> tuple[Array, Array, Array]:
@@ -140,15 +145,20 @@ def postprocess(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     worker's own Q-network (Horgan et al., 2018, Ape-X: new transitions enter the replay
     with a useful priority instead of the maximum). The observations pass through as they
     came (``obs [T]`` and ``last_obs``), so a rollout worker keeps them out of the compiled
-    call (:class:`~jaxflow.workers.HostPostprocess`)."""
+    call (:class:`~jaxflow.rollout.postprocess.HostPostprocess`)."""
     g, discount, k = n_step_targets(traj["rewards"], traj["discounts"], config.n_step)
     max_q = jnp.concatenate([traj["values"], traj["bootstrap_value"][None]], axis=0)
     max_q_boot = jnp.take_along_axis(max_q, jnp.arange(g.shape[0])[:, None] + k, axis=0)
     q_taken = jnp.take_along_axis(traj["logits"], traj["actions"][..., None], axis=-1)[..., 0]
     td = g + discount * max_q_boot - q_taken
     return dict(
-        obs=traj["obs"], last_obs=traj["last_obs"], actions=traj["actions"], rewards=g,
-        discounts=discount, next_offsets=k, priorities=jnp.abs(td) + config.prioritized_replay_eps,
+        obs=traj["obs"],
+        last_obs=traj["last_obs"],
+        actions=traj["actions"],
+        rewards=g,
+        discounts=discount,
+        next_offsets=k,
+        priorities=jnp.abs(td) + config.prioritized_replay_eps,
     )
 
 
@@ -156,7 +166,12 @@ def encode(traj: Mapping[str, np.ndarray], config: DQNConfig) -> ReplayRows:
     """Worker-side, on the host: packs the fragment into replay rows, each observation once."""
     obs = np.concatenate([traj["obs"], traj["last_obs"][None]])
     rows, priorities = encode_fragment(
-        obs, traj["actions"], traj["rewards"], traj["discounts"], traj["next_offsets"], traj["priorities"],
+        obs,
+        traj["actions"],
+        traj["rewards"],
+        traj["discounts"],
+        traj["next_offsets"],
+        traj["priorities"],
         frame_stack=config.frame_stack,
     )
     return ReplayRows(rows, priorities, config.frame_stack)
@@ -180,7 +195,9 @@ def epsilon_greedy(rng: np.random.Generator, q: np.ndarray, eps: float) -> tuple
     return actions.astype(np.int32), np.zeros(q.shape[0], np.float32)
 
 
-def explore(rng: np.random.Generator, q: np.ndarray, config: DQNConfig, worker_index: int, env_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def explore(
+    rng: np.random.Generator, q: np.ndarray, config: DQNConfig, worker_index: int, env_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     return epsilon_greedy(rng, q, epsilon(config, worker_index, env_steps))
 
 
@@ -199,8 +216,14 @@ def transitions(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     T, B = traj["actions"].shape
     obs = jnp.concatenate([traj["obs"], traj["last_obs"][None]])
     next_obs = obs[jnp.arange(T)[:, None] + traj["next_offsets"], jnp.arange(B)[None, :]]
-    fields = dict(obs=traj["obs"], next_obs=next_obs, actions=traj["actions"], rewards=traj["rewards"],
-                  discounts=traj["discounts"], priorities=traj["priorities"])
+    fields = dict(
+        obs=traj["obs"],
+        next_obs=next_obs,
+        actions=traj["actions"],
+        rewards=traj["rewards"],
+        discounts=traj["discounts"],
+        priorities=traj["priorities"],
+    )
     return {k: v.reshape((T * B,) + v.shape[2:]) for k, v in fields.items()}
 
 
@@ -218,7 +241,9 @@ def replay_on_device(config: DQNConfig) -> DeviceReplay:
     )
 
 
-def td_errors(q_tm1: Array, a_tm1: Array, r_t: Array, discount_t: Array, q_t_value: Array, q_t_selector: Array, double_q: bool) -> Array:
+def td_errors(
+    q_tm1: Array, a_tm1: Array, r_t: Array, discount_t: Array, q_t_value: Array, q_t_selector: Array, double_q: bool
+) -> Array:
     """Per-transition TD errors ``[N]`` of (double) Q-learning with n-step returns ``r_t``
     and bootstrap discounts ``discount_t`` (van Hasselt et al., 2016, "Deep Reinforcement
     Learning with Double Q-learning"); targets carry no gradient."""
@@ -228,14 +253,18 @@ def td_errors(q_tm1: Array, a_tm1: Array, r_t: Array, discount_t: Array, q_t_val
     return jax.vmap(rlax.q_learning)(q_tm1, a_tm1, r_t, discount_t, q_t_value)
 
 
-def loss(params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, apply_fn: Any, config: DQNConfig) -> tuple[Array, dict[str, Array]]:
+def loss(
+    params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, apply_fn: Any, config: DQNConfig
+) -> tuple[Array, dict[str, Array]]:
     """Importance-weighted Huber loss of the TD errors; the per-sample TD errors are
     returned as a metric, for the new replay priorities."""
     del rng
     q_tm1, _ = apply_fn(params, batch["obs"])
     q_t_value, _ = apply_fn(target_params, batch["next_obs"])
     q_t_selector = apply_fn(params, batch["next_obs"])[0] if config.double_q else q_t_value
-    td = td_errors(q_tm1, batch["actions"], batch["rewards"], batch["discounts"], q_t_value, q_t_selector, config.double_q)
+    td = td_errors(
+        q_tm1, batch["actions"], batch["rewards"], batch["discounts"], q_t_value, q_t_selector, config.double_q
+    )
     total = jnp.mean(batch["weights"] * rlax.huber_loss(td, config.huber_delta))
     return total, {"td_error": td, "mean_q": jnp.mean(q_tm1), "mean_abs_td_error": jnp.mean(jnp.abs(td))}
 
@@ -257,8 +286,11 @@ def make_replay(config: Any, samples_per_insert: float | None = None, error_buff
 def importance_exponent(config: Any) -> optax.Schedule:
     """beta as a function of SGD steps: ``prioritized_replay_beta`` annealed linearly to 1
     (0 without priorities: uniform replay needs no correction)."""
-    return optax.linear_schedule(config.prioritized_replay_beta if config.prioritized_replay else 0.0,
-                                 1.0 if config.prioritized_replay else 0.0, config.beta_annealing_steps)
+    return optax.linear_schedule(
+        config.prioritized_replay_beta if config.prioritized_replay else 0.0,
+        1.0 if config.prioritized_replay else 0.0,
+        config.beta_annealing_steps,
+    )
 
 
 def beta_schedule(learner: Any, config: Any) -> Any:
@@ -281,38 +313,55 @@ def store_flow(rollouts, replay: ReplayShards, config: DQNConfig):
 def train_flow(learner, replay: ReplayShards, config: DQNConfig, batches_per_output: int = 1):
     """Replayed batches, split into SGD steps; TD errors become priorities; the target lags."""
     batch = batches_per_output * sgd_steps_per_fragment(config) * config.train_batch_size
-    return (ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0)
-            .for_each(TrainOneStep(learner))
-            .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
-            .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq)))
+    return (
+        ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0)
+        .for_each(TrainOneStep(learner))
+        .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
+        .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq))
+    )
 
 
 def plan(workers, learner, config: DQNConfig, replay: ReplayShards):
     # (1) workers sample asynchronously (one more fragment in flight while the driver trains) into
     #     the replay, and get fresh weights every few fragments
-    store = (store_flow(ParallelRollouts(workers, mode="async", num_async=2), replay, config)
-             .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)))
+    store = store_flow(ParallelRollouts(workers, mode="async", num_async=2), replay, config).for_each(
+        UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay)
+    )
     # (2) alternate storing a fragment and one replayed batch (a no-op until learning_starts)
-    return ReportMetrics(Concurrently([store, train_flow(learner, replay, config)], mode="round_robin", output_indexes=[1]),
-                         workers, config.min_env_steps_per_iteration)
+    return ReportMetrics(
+        Concurrently([store, train_flow(learner, replay, config)], mode="round_robin", output_indexes=[1]),
+        workers,
+        config.min_env_steps_per_iteration,
+    )
 
 
 def multiagent_flow(experiences, policy):
     """A DQN policy of a multi-agent run: each round's fragments are stored, then replayed at
     the configured ratio; the workers, sampling in lockstep, get its weights after each update."""
     fragments = policy.steps_per_round // (policy.config.num_envs_per_worker * policy.config.rollout_fragment_length)
-    train = (train_flow(policy.learner, policy.replay, policy.config, fragments)
-             .for_each(BroadcastWeights(policy.learner, policy.workers))
-             .for_each(CountPolicyUpdates(policy.id, policy.learner)))
+    train = (
+        train_flow(policy.learner, policy.replay, policy.config, fragments)
+        .for_each(BroadcastWeights(policy.learner, policy.workers))
+        .for_each(CountPolicyUpdates(policy.id, policy.learner))
+    )
     return [(store_flow(experiences, policy.replay, policy.config), Fraction(1)), (train, Fraction(1))]
 
 
 DQN = register_algorithm(
     AlgorithmSpec(
-        "DQN", DQNConfig, loss, plan, postprocess,
+        "DQN",
+        DQNConfig,
+        loss,
+        plan,
+        postprocess,
         sgd=lambda c: (1, c.train_batch_size),
-        network=lambda c, obs_shape, num_actions: q_network(obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling),
-        target_network=True, replay=make_replay, explore=explore, encode=encode,
+        network=lambda c, obs_shape, num_actions: q_network(
+            obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling
+        ),
+        target_network=True,
+        replay=make_replay,
+        explore=explore,
+        encode=encode,
         device=DeviceSpec(act=explore_on_device, prepare=transitions, replay=replay_on_device),
         flow=multiagent_flow,
     )

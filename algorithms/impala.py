@@ -6,7 +6,8 @@ learner thread corrects for the lag with V-trace off-policy targets.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import chex
 import distrax
@@ -27,12 +28,13 @@ from jaxflow import (
     ReportMetrics,
     register_algorithm,
 )
-from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.device import ToDevice, device_data
-from jaxflow.transitions import encode_stacks
-from jaxflow.workers import PER_ENV_FIELDS
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.learn.to_device import ToDevice, device_data
+from jaxflow.replay.stacks import encode_stacks
+from jaxflow.rollout.batch import PER_ENV_FIELDS
 
 Array = jax.Array
+
 
 @dataclasses.dataclass(frozen=True)
 class IMPALAConfig(CommonConfig):
@@ -67,15 +69,23 @@ class IMPALAConfig(CommonConfig):
     send_frames_once: bool = param(True)
     """Frame-stack observations ([k, H, W], k >= 2) travel from the actors to the learner as
     each frame once (k times fewer bytes through the object store and to the devices), and
-    the learner rebuilds the stacks on its devices (see ``jaxflow.transitions.encode_stacks``)."""
+    the learner rebuilds the stacks on its devices (see ``jaxflow.replay.stacks.encode_stacks``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.num_workers >= 1, f"{type(self).__name__}.num_workers must be >= 1: the actors are Ray actors.")
 
 
-def vtrace(v_tm1: Array, v_t: Array, r_t: Array, discount_t: Array, rho_tm1: Array, lambda_: float = 1.0,
-           clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0) -> tuple[Array, Array]:
+def vtrace(
+    v_tm1: Array,
+    v_t: Array,
+    r_t: Array,
+    discount_t: Array,
+    rho_tm1: Array,
+    lambda_: float = 1.0,
+    clip_rho_threshold: float = 1.0,
+    clip_pg_rho_threshold: float = 1.0,
+) -> tuple[Array, Array]:
     """V-trace value targets ``v_s`` and policy-gradient advantages of time-major ``[T, B]``
     arrays (Espeholt et al., 2018, Section 4.1), through rlax, vmapped over the batch.
 
@@ -110,7 +120,7 @@ def encode(traj: Mapping[str, Any], config: IMPALAConfig) -> dict[str, Any]:
 def rebuild_stacks(frames: Array, stack_index: Array) -> Array:
     """Batch-major frame stacks ``[B, T + 1, k, H, W]`` (the fragment's observations, then
     the one after it) from ``frames [B, T + k, H, W]`` and ``stack_index [B, T + 1, k]`` as
-    ``jaxflow.transitions.encode_stacks`` makes them (time-major there); index -1 is an
+    ``jaxflow.replay.stacks.encode_stacks`` makes them (time-major there); index -1 is an
     all-zero frame."""
     chex.assert_rank([frames, stack_index], [4, 3])
     chex.assert_equal_shape_prefix([frames, stack_index], 1)
@@ -149,13 +159,21 @@ def vtrace_targets(batch: Mapping[str, Array], logp_t: Array, values: Array, con
     """``(v_s, pg_advantages, log_rho)`` of a batch-major train batch, time-major ``[T, B]``."""
     log_rho = logp_t - jnp.swapaxes(batch["logp"], 0, 1)
     vs, adv = vtrace(
-        values[:-1], values[1:], jnp.swapaxes(batch["rewards"], 0, 1), jnp.swapaxes(batch["discounts"], 0, 1),
-        jnp.exp(log_rho), config.vtrace_lambda, config.clip_rho_threshold, config.clip_pg_rho_threshold,
+        values[:-1],
+        values[1:],
+        jnp.swapaxes(batch["rewards"], 0, 1),
+        jnp.swapaxes(batch["discounts"], 0, 1),
+        jnp.exp(log_rho),
+        config.vtrace_lambda,
+        config.clip_rho_threshold,
+        config.clip_pg_rho_threshold,
     )
     return jax.lax.stop_gradient(vs), jax.lax.stop_gradient(adv), log_rho
 
 
-def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: IMPALAConfig) -> tuple[Array, dict[str, Array]]:
+def loss(
+    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: IMPALAConfig
+) -> tuple[Array, dict[str, Array]]:
     """IMPALA's loss: policy gradient with V-trace advantages + value regression to the
     V-trace targets - entropy bonus."""
     del rng
@@ -165,24 +183,33 @@ def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, 
     value_loss = 0.5 * jnp.mean(jnp.square(vs - values[:-1]))
     entropy = jnp.mean(entropy_t)
     total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
-    return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy,
-                   "mean_rho": jnp.mean(jnp.exp(log_rho))}
+    return total, {
+        "policy_loss": pg_loss,
+        "value_loss": value_loss,
+        "entropy": entropy,
+        "mean_rho": jnp.mean(jnp.exp(log_rho)),
+    }
 
 
 def plan(workers, learner, config: IMPALAConfig):
     thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
     # (1) actors sample with whatever weights they have; fragments join into train batches, which
     #     a feeding thread places on the learner's devices ahead of the learner thread
-    batches = (ParallelRollouts(workers, mode="async", num_async=config.num_async)
-               .combine(ConcatBatches(config.train_batch_size)))
-    feed = (ToDevice(batches, learner, to_host=lambda batch: batch_major(batch.data), prefetch=config.prefetch_batches)
-            .for_each(Enqueue(thread)))
+    batches = ParallelRollouts(workers, mode="async", num_async=config.num_async).combine(
+        ConcatBatches(config.train_batch_size)
+    )
+    feed = ToDevice(
+        batches, learner, to_host=lambda batch: batch_major(batch.data), prefetch=config.prefetch_batches
+    ).for_each(Enqueue(thread))
     # (2) after every broadcast_interval updates, all actors get the new weights (one object-store put)
     update = Dequeue(thread).for_each(BroadcastWeights(learner, workers, every_n=config.broadcast_interval))
-    return ReportMetrics(Concurrently([feed, update], mode="async", output_indexes=[1]), workers,
-                         config.min_env_steps_per_iteration)
+    return ReportMetrics(
+        Concurrently([feed, update], mode="async", output_indexes=[1]), workers, config.min_env_steps_per_iteration
+    )
 
 
 IMPALA = register_algorithm(
-    AlgorithmSpec("IMPALA", IMPALAConfig, loss, plan, postprocess, encode=encode, device=DeviceSpec(prepare=batch_major))
+    AlgorithmSpec(
+        "IMPALA", IMPALAConfig, loss, plan, postprocess, encode=encode, device=DeviceSpec(prepare=batch_major)
+    )
 )

@@ -6,7 +6,8 @@ clipping, and minibatch epochs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import chex
 import distrax
@@ -14,8 +15,6 @@ import jax
 import jax.numpy as jnp
 import rlax
 
-from algorithms.a2c import postprocess
-from envs import GYMNAX_PREFIX
 from jaxflow import (
     AlgorithmSpec,
     BroadcastWeights,
@@ -28,10 +27,12 @@ from jaxflow import (
     TrainOneStep,
     register_algorithm,
 )
-from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.anakin import flat_batch
-from jaxflow.multiagent import on_policy_flow
-from jaxflow.operators import bulk_sync_env_steps, standardize_fields
+from jaxflow.algorithms.a2c import postprocess
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.envs import GYMNAX_PREFIX
+from jaxflow.ondevice.spec import flat_batch
+from jaxflow.ops.multiagent_ops import on_policy_flow
+from jaxflow.ops.rollout_ops import bulk_sync_env_steps, standardize_fields
 
 Array = jax.Array
 
@@ -70,11 +71,15 @@ class PPOConfig(CommonConfig):
         # Only Ray mode trains on train_batch_size; device mode trains on num_envs x
         # rollout_fragment_length, and its program checks the minibatch against that.
         if self.mode == "ray" or (self.mode == "auto" and not self.env.startswith(GYMNAX_PREFIX)):
-            require(self.minibatch_size <= self.train_batch_size,
-                    f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).")
+            require(
+                self.minibatch_size <= self.train_batch_size,
+                f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).",
+            )
 
 
-def loss(params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any) -> tuple[Array, dict[str, Array]]:
+def loss(
+    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any
+) -> tuple[Array, dict[str, Array]]:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus, on a flat batch."""
     del rng
     logits, v = apply_fn(params, batch["obs"])
@@ -119,7 +124,15 @@ def device_batch(traj: Mapping[str, Array], config: PPOConfig) -> dict[str, Arra
 
 
 PPO = register_algorithm(
-    AlgorithmSpec("PPO", PPOConfig, loss, plan, postprocess, sgd=lambda c: (c.num_epochs, c.minibatch_size),
-                  train_batch_env_steps=bulk_sync_env_steps, device=DeviceSpec(prepare=device_batch),
-                  flow=on_policy_flow(train_flow))
+    AlgorithmSpec(
+        "PPO",
+        PPOConfig,
+        loss,
+        plan,
+        postprocess,
+        sgd=lambda c: (c.num_epochs, c.minibatch_size),
+        train_batch_env_steps=bulk_sync_env_steps,
+        device=DeviceSpec(prepare=device_batch),
+        flow=on_policy_flow(train_flow),
+    )
 )

@@ -19,16 +19,27 @@ import functools
 import os
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 import ray
-from common import fmt, logger, machine_info, median_of_measured, parse_sets, parse_variants, ratio, variant_name, write_report
+from common import (
+    fmt,
+    logger,
+    machine_info,
+    median_of_measured,
+    parse_sets,
+    parse_variants,
+    ratio,
+    variant_name,
+    write_report,
+)
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
-from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
-from jaxflow.networks import forward_packed
+from jaxflow.networks.build import forward_packed
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("atari_throughput")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -69,8 +80,12 @@ class Stepper:
 
 def stepper_frames_per_s(args: argparse.Namespace, config: dict[str, Any], with_policy: bool) -> float:
     gpus = args.gpus_per_worker if with_policy else 0.0
-    actors = [jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(args.algo, config, args.seed + 1000 * i, with_policy)
-              for i in range(args.workers)]
+    actors = [
+        jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(
+            args.algo, config, args.seed + 1000 * i, with_policy
+        )
+        for i in range(args.workers)
+    ]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation
         steps = ray.get([a.run.remote(args.raw_seconds) for a in actors])
@@ -81,16 +96,30 @@ def stepper_frames_per_s(args: argparse.Namespace, config: dict[str, Any], with_
 
 
 # Config fields this script sets from its own flags (the steppers follow the flags too).
-FLAG_FIELDS = {"env": "--env", "num_workers": "--workers", "num_envs_per_worker": "--envs-per-worker", "seed": "--seed",
-               "vector_env": "--vector-env", "num_cpus_per_worker": "--cpus-per-worker",
-               "num_gpus_per_worker": "--gpus-per-worker", "buffer_size": "--replay-capacity"}
+FLAG_FIELDS = {
+    "env": "--env",
+    "num_workers": "--workers",
+    "num_envs_per_worker": "--envs-per-worker",
+    "seed": "--seed",
+    "vector_env": "--vector-env",
+    "num_cpus_per_worker": "--cpus-per-worker",
+    "num_gpus_per_worker": "--gpus-per-worker",
+    "buffer_size": "--replay-capacity",
+}
 
 
 def algorithm_config(args: argparse.Namespace, variant: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config fields of a run: this script's flags, then ``--set``, then ``variant``."""
-    fields: dict[str, Any] = dict(env=args.env, num_workers=args.workers, num_envs_per_worker=args.envs_per_worker,
-                                  seed=args.seed, vector_env=args.vector_env, min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64,
-                                  num_cpus_per_worker=args.cpus_per_worker, num_gpus_per_worker=args.gpus_per_worker)
+    fields: dict[str, Any] = dict(
+        env=args.env,
+        num_workers=args.workers,
+        num_envs_per_worker=args.envs_per_worker,
+        seed=args.seed,
+        vector_env=args.vector_env,
+        min_env_steps_per_iteration=args.envs_per_worker * args.workers * 64,
+        num_cpus_per_worker=args.cpus_per_worker,
+        num_gpus_per_worker=args.gpus_per_worker,
+    )
     if args.algo == "APEX":
         fields.update(frame_stack=4, buffer_size=args.replay_capacity, learning_starts=1_000)
     return {**fields, **args.overrides, **(variant or {})}
@@ -124,6 +153,7 @@ def run_algorithm(args: argparse.Namespace, config: dict[str, Any]) -> dict[str,
 
     def sampler_s(key: str) -> float:
         return sampler_last.get(key, 0.0) - sampler_first.get(key, 0.0)
+
     return {
         "build_s": build_s,
         "seconds": elapsed,
@@ -149,7 +179,10 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("**sampled / raw** (goal >= 90%)", lambda v: f"**{fmt(v['goals']['sampled_of_raw'], '.0%')}**"),
     ("trained, frames/s", lambda v: f"{v['result']['trained_frames_per_s']:,.0f}"),
     ("**trained / sampled** (goal >= 95%)", lambda v: f"**{fmt(v['goals']['trained_of_sampled'], '.1%')}**"),
-    ("sampled, against the base", lambda v: fmt(v["sampled_vs_base"], ".2f", "base") + ("x" if v["sampled_vs_base"] else "")),
+    (
+        "sampled, against the base",
+        lambda v: fmt(v["sampled_vs_base"], ".2f", "base") + ("x" if v["sampled_vs_base"] else ""),
+    ),
     ("learner updates/s", lambda v: f"{v['result']['updates_per_s']:.1f}"),
     ("learner waiting for data (s per s)", lambda v: f"{v['result']['learner_wait_s_per_s']:.2f}"),
     ("transfers/s to device", lambda v: f"{v['result']['transfers_per_s']:.1f}"),
@@ -217,22 +250,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     p.add_argument("--envs-per-worker", type=int, default=8)
     p.add_argument("--vector-env", choices=["python", "ale"], default="python", help="the workers' env backend")
-    p.add_argument("--cpus-per-worker", type=float, default=1.0,
-                   help="CPUs per worker (num_cpus_per_worker); with --vector-env ale, also its emulator threads")
-    p.add_argument("--gpus-per-worker", type=float, default=0.0,
-                   help="GPU share per worker: above 0 the workers' policies act on the GPU (num_gpus_per_worker)")
+    p.add_argument(
+        "--cpus-per-worker",
+        type=float,
+        default=1.0,
+        help="CPUs per worker (num_cpus_per_worker); with --vector-env ale, also its emulator threads",
+    )
+    p.add_argument(
+        "--gpus-per-worker",
+        type=float,
+        default=0.0,
+        help="GPU share per worker: above 0 the workers' policies act on the GPU (num_gpus_per_worker)",
+    )
     p.add_argument("--seconds", type=float, default=60.0, help="wall time measured after the first iteration")
     p.add_argument("--raw-seconds", type=float, default=15.0)
     p.add_argument("--replay-capacity", type=int, default=50_000, help="Ape-X transitions over all shards")
     p.add_argument("--repeats", type=int, default=1, help="measure everything this many times; report medians")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=RESULTS_DIR)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a field of the algorithm's config (as `jaxflow train --set`), e.g. "
-                        "samples_per_insert=1 for Ape-X or send_frames_once=false for IMPALA; repeatable")
-    p.add_argument("--variant", action="append", default=[], metavar='"FIELD=VALUE ..."',
-                   help="also measure the base config (--set) with these fields changed, in the same run, e.g. "
-                        '--variant sample_async=true --variant "num_env_groups=2 sample_async=true"; repeatable')
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a field of the algorithm's config (as `jaxflow train --set`), e.g. "
+        "samples_per_insert=1 for Ape-X or send_frames_once=false for IMPALA; repeatable",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar='"FIELD=VALUE ..."',
+        help="also measure the base config (--set) with these fields changed, in the same run, e.g. "
+        '--variant sample_async=true --variant "num_env_groups=2 sample_async=true"; repeatable',
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 10 s measured, 5 s raw")
     args = p.parse_args(argv)
     # Parsed and validated here, so that a typo fails before any Ray actor starts.
@@ -258,13 +309,20 @@ def measure_repeat(args: argparse.Namespace, order: list[int]) -> dict[str, Any]
     for i in order:
         config = algorithm_config(args, args.variants[i])
         raw = stepper_frames_per_s(args, config, with_policy=False)
-        log(f"[{variant_name(args.variants[i])}] raw ALE: {raw:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s")
+        log(
+            f"[{variant_name(args.variants[i])}] raw ALE: {raw:,.0f} frames/s; now {args.algo} for {args.seconds:.0f} s"
+        )
         result = run_algorithm(args, config)
-        log(f"[{variant_name(args.variants[i])}] sampled {result['sampled_frames_per_s']:,.0f} frames/s "
-            f"({fmt(ratio(result['sampled_frames_per_s'], raw), '.0%')} of raw)")
-        measured[i] = {"raw_frames_per_s": raw, "result": result,
-                       "sampled_of_raw": ratio(result["sampled_frames_per_s"], raw),
-                       "trained_of_sampled": ratio(result["trained_frames_per_s"], result["sampled_frames_per_s"])}
+        log(
+            f"[{variant_name(args.variants[i])}] sampled {result['sampled_frames_per_s']:,.0f} frames/s "
+            f"({fmt(ratio(result['sampled_frames_per_s'], raw), '.0%')} of raw)"
+        )
+        measured[i] = {
+            "raw_frames_per_s": raw,
+            "result": result,
+            "sampled_of_raw": ratio(result["sampled_frames_per_s"], raw),
+            "trained_of_sampled": ratio(result["trained_frames_per_s"], result["sampled_frames_per_s"]),
+        }
     base = measured[0]["result"]["sampled_frames_per_s"]
     for m in measured.values():
         m["sampled_vs_base"] = ratio(m["result"]["sampled_frames_per_s"], base)
@@ -287,14 +345,19 @@ def main(argv: list[str] | None = None) -> None:
     variants = []
     for i, variant in enumerate(args.variants):
         runs = [rep["variants"][i] for rep in repeats]
-        variants.append({
-            "name": variant_name(variant), "overrides": variant,
-            "raw_frames_per_s": median_of_measured([r["raw_frames_per_s"] for r in runs]),
-            "result": median_result([r["result"] for r in runs]),
-            "goals": {"sampled_of_raw": median_of_measured([r["sampled_of_raw"] for r in runs]),
-                      "trained_of_sampled": median_of_measured([r["trained_of_sampled"] for r in runs])},
-            "sampled_vs_base": None if i == 0 else median_of_measured([r["sampled_vs_base"] for r in runs]),
-        })
+        variants.append(
+            {
+                "name": variant_name(variant),
+                "overrides": variant,
+                "raw_frames_per_s": median_of_measured([r["raw_frames_per_s"] for r in runs]),
+                "result": median_result([r["result"] for r in runs]),
+                "goals": {
+                    "sampled_of_raw": median_of_measured([r["sampled_of_raw"] for r in runs]),
+                    "trained_of_sampled": median_of_measured([r["trained_of_sampled"] for r in runs]),
+                },
+                "sampled_vs_base": None if i == 0 else median_of_measured([r["sampled_vs_base"] for r in runs]),
+            }
+        )
     report = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "args": {k: v for k, v in vars(args).items() if k != "variants"},

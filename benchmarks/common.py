@@ -37,8 +37,11 @@ def machine_info(runtime: bool = True) -> dict[str, Any]:
 
         device = jax.devices()[0]
         info.update(
-            jax=jax.__version__, ray=ray.__version__, jax_backend=jax.default_backend(),
-            device_kind=device.device_kind, num_devices=jax.device_count(),
+            jax=jax.__version__,
+            ray=ray.__version__,
+            jax_backend=jax.default_backend(),
+            device_kind=device.device_kind,
+            num_devices=jax.device_count(),
         )
     return info
 
@@ -76,7 +79,7 @@ def parse_sets(parser: Any, config_cls: type, items: Sequence[str], flags: dict[
     """``--set FIELD=VALUE`` items as typed config overrides, checked before anything starts:
     a malformed item, an unknown field or a bad value ends the script with ``parser.error``,
     and so does a field in ``flags`` (field -> the script's own flag that sets it)."""
-    from jaxflow.config import ConfigError, parse_value
+    from jaxflow.config.fields import ConfigError, parse_value
 
     overrides = {}
     for item in items:
@@ -93,13 +96,14 @@ def parse_sets(parser: Any, config_cls: type, items: Sequence[str], flags: dict[
     return overrides
 
 
-def parse_variants(parser: Any, config_cls: type, items: Sequence[str], flags: dict[str, str],
-                   base: dict[str, Any]) -> list[dict[str, Any]]:
+def parse_variants(
+    parser: Any, config_cls: type, items: Sequence[str], flags: dict[str, str], base: dict[str, Any]
+) -> list[dict[str, Any]]:
     """``--variant "FIELD=VALUE ..."`` items as override dicts, after the base config's
     ``{}``: the configs a script measures in turn in one run. Each item is parsed as ``--set``
     is, and the config it makes of ``base`` (the script's whole base config) is built, so a
     bad combination also ends the script with ``parser.error`` before anything starts."""
-    from jaxflow.config import ConfigError
+    from jaxflow.config.fields import ConfigError
 
     variants = [parse_sets(parser, config_cls, item.split(), flags) for item in items]
     if any(not v for v in variants):

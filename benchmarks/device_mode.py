@@ -24,16 +24,17 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import reference_ppo  # noqa: E402
-from common import fmt, logger, machine_info, median_of_measured, median_of_reached, ratio, write_report  # noqa: E402
+import reference_ppo
+from common import fmt, logger, machine_info, median_of_measured, median_of_reached, ratio, write_report
 
-from jaxflow import Algorithm  # noqa: E402
+from jaxflow import Algorithm
 
 log = logger("device_mode")
 T = 32  # rollout_fragment_length, PPO's default and the reference's num_steps
@@ -62,10 +63,24 @@ def timed_run(step: Callable[[], tuple[int, float]], target: float, max_steps: i
     }
 
 
-def jaxflow_run(env_id: str, num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int,
-                minibatch_size: int = 256) -> dict[str, Any]:
-    algo = Algorithm.build("PPO", env=env_id, num_envs=num_envs, seed=seed, iterations_per_call=k,
-                           minibatch_size=min(minibatch_size, num_envs * T))
+def jaxflow_run(
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    k: int,
+    target: float,
+    max_steps: int,
+    min_calls: int,
+    minibatch_size: int = 256,
+) -> dict[str, Any]:
+    algo = Algorithm.build(
+        "PPO",
+        env=env_id,
+        num_envs=num_envs,
+        seed=seed,
+        iterations_per_call=k,
+        minibatch_size=min(minibatch_size, num_envs * T),
+    )
 
     def step() -> tuple[int, float]:
         r = algo.train()
@@ -77,8 +92,9 @@ def jaxflow_run(env_id: str, num_envs: int, seed: int, k: int, target: float, ma
         algo.stop()
 
 
-def reference_run(num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int,
-                  minibatch_size: int = 256) -> dict[str, Any]:
+def reference_run(
+    num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int, minibatch_size: int = 256
+) -> dict[str, Any]:
     init_fn, train_fn = reference_ppo.make_train(num_envs, T, k, seed, min(minibatch_size, num_envs * T))
     box = {"state": init_fn(), "steps": 0}
     window: collections.deque = collections.deque(maxlen=100)  # jaxflow's metrics_num_episodes
@@ -112,8 +128,12 @@ def main() -> None:
     p.add_argument("--target", type=float, default=450.0)
     p.add_argument("--max-steps", type=int, default=500_000)
     p.add_argument("--min-calls", type=int, default=12, help="calls per run at least, so steps/s has enough samples")
-    p.add_argument("--minibatch-size", type=int, default=256,
-                   help="both PPOs' minibatch (capped at envs x steps); raise it with thousands of envs on an accelerator")
+    p.add_argument(
+        "--minibatch-size",
+        type=int,
+        default=256,
+        help="both PPOs' minibatch (capped at envs x steps); raise it with thousands of envs on an accelerator",
+    )
     p.add_argument("--minatar-envs", type=int, default=64)
     p.add_argument("--minatar-calls", type=int, default=8)
     p.add_argument("--quick", action="store_true", help="seed 0, 32 envs, fewer MinAtar calls")
@@ -131,18 +151,39 @@ def main() -> None:
             order = [("ours", ours), ("ref", ref)] if seed % 2 == 0 else [("ref", ref), ("ours", ours)]
             for which, runs in order:
                 if which == "ours":
-                    runs.append(jaxflow_run("gymnax/CartPole-v1", n, seed, k, args.target, args.max_steps, args.min_calls,
-                                            args.minibatch_size))
+                    runs.append(
+                        jaxflow_run(
+                            "gymnax/CartPole-v1",
+                            n,
+                            seed,
+                            k,
+                            args.target,
+                            args.max_steps,
+                            args.min_calls,
+                            args.minibatch_size,
+                        )
+                    )
                 else:
-                    runs.append(reference_run(n, seed, k, args.target, args.max_steps, args.min_calls, args.minibatch_size))
-                log(f"{which:4s} envs {n:5d} seed {seed}: {runs[-1]['env_steps_per_s']:,.0f} steps/s, "
-                    f"target after {fmt(runs[-1]['seconds_to_target'], '.2f')} s / {runs[-1]['env_steps_to_target']} steps")
+                    runs.append(
+                        reference_run(n, seed, k, args.target, args.max_steps, args.min_calls, args.minibatch_size)
+                    )
+                log(
+                    f"{which:4s} envs {n:5d} seed {seed}: {runs[-1]['env_steps_per_s']:,.0f} steps/s, "
+                    f"target after {fmt(runs[-1]['seconds_to_target'], '.2f')} s / {runs[-1]['env_steps_to_target']} steps"
+                )
         rows.append({"num_envs": n, "jaxflow": summarize(ours), "reference": summarize(ref)})
 
     minatar = []
     for seed in args.seeds:
-        run = jaxflow_run("gymnax/Breakout-MinAtar", args.minatar_envs, seed, k, float("inf"),
-                          args.minatar_calls * args.minatar_envs * T * k, args.minatar_calls)
+        run = jaxflow_run(
+            "gymnax/Breakout-MinAtar",
+            args.minatar_envs,
+            seed,
+            k,
+            float("inf"),
+            args.minatar_calls * args.minatar_envs * T * k,
+            args.minatar_calls,
+        )
         minatar.append(run)
         log(f"MinAtar Breakout envs {args.minatar_envs} seed {seed}: {run['env_steps_per_s']:,.0f} steps/s")
 
@@ -167,10 +208,17 @@ def main() -> None:
             f"| {j['reached']}/{r['reached']} of {len(args.seeds)} |"
         )
     minatar_rate = median_of_measured([m["env_steps_per_s"] for m in minatar])
-    lines += ["", f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
-              f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds)."]
-    report = {"machine": machine_info(runtime=True), "args": vars(args), "cartpole": rows,
-              "minatar_breakout": {"num_envs": args.minatar_envs, "env_steps_per_s": minatar_rate, "runs": minatar}}
+    lines += [
+        "",
+        f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
+        f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds).",
+    ]
+    report = {
+        "machine": machine_info(runtime=True),
+        "args": vars(args),
+        "cartpole": rows,
+        "minatar_breakout": {"num_envs": args.minatar_envs, "env_steps_per_s": minatar_rate, "runs": minatar},
+    }
     write_report(args.out, "device_mode", report, "\n".join(lines) + "\n")
 
 

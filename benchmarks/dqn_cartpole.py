@@ -29,8 +29,8 @@ from common import (
 )
 
 from jaxflow import Algorithm, get_algorithm
-from jaxflow.config import to_json_dict
-from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
+from jaxflow.config.fields import to_json_dict
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("dqn_cartpole")
 
@@ -164,7 +164,9 @@ def summarize_dqn(runs: list[DQNRun], target: float) -> dict[str, Any]:
         "median_steps_per_s": steps_per_s,
         # > 1: jaxflow reaches the target that many times faster than RLlib's quoted time.
         "rllib_quoted_time_over_ours_loop": ratio(RLLIB_QUOTED_TIME_TO_TARGET_S, time_loop) if quoted_target else None,
-        "rllib_quoted_time_over_ours_incl_build": ratio(RLLIB_QUOTED_TIME_TO_TARGET_S, time_incl) if quoted_target else None,
+        "rllib_quoted_time_over_ours_incl_build": ratio(RLLIB_QUOTED_TIME_TO_TARGET_S, time_incl)
+        if quoted_target
+        else None,
         # > 1: jaxflow samples that many times more env steps per second.
         "steps_per_s_over_rllib_quoted": ratio(steps_per_s, RLLIB_QUOTED_STEPS_PER_S),
     }
@@ -194,32 +196,44 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# DQN and Ape-X on {ENV}",
         "",
-        (f"{report['created']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load average at start "
-        f"{', '.join(f'{x:.2f}' for x in m['load_average_at_start'])} · learner on {m['jax_backend']} "
-        f"({m['device_kind']} x{m['num_devices']}) · jax {m['jax']} · ray {m['ray']} · Python {m['python']}"),
+        (
+            f"{report['created']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load average at start "
+            f"{', '.join(f'{x:.2f}' for x in m['load_average_at_start'])} · learner on {m['jax_backend']} "
+            f"({m['device_kind']} x{m['num_devices']}) · jax {m['jax']} · ray {m['ray']} · Python {m['python']}"
+        ),
         "",
         "## DQN, default config (1 rollout worker)",
         "",
-        (f"Each run stops at episode_return_mean >= {target} or {args['max_steps']:,} env steps. Medians over seeds; "
-        "a run that missed the target counts as slower than any that reached it."),
+        (
+            f"Each run stops at episode_return_mean >= {target} or {args['max_steps']:,} env steps. Medians over seeds; "
+            "a run that missed the target counts as slower than any that reached it."
+        ),
         "",
-        (f"| runs | reached {target} | build (s) | time to {target} (s, loop) | time to {target} (s, incl. build) "
-        f"| env steps at {target} | sampled env steps/s | RLlib time / ours (loop) | RLlib time / ours (incl. build) "
-        "| our steps/s / RLlib's |"),
+        (
+            f"| runs | reached {target} | build (s) | time to {target} (s, loop) | time to {target} (s, incl. build) "
+            f"| env steps at {target} | sampled env steps/s | RLlib time / ours (loop) | RLlib time / ours (incl. build) "
+            "| our steps/s / RLlib's |"
+        ),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        (f"| {s['runs']}{dqn_failed} | {s['reached']}/{s['runs']} "
-        f"| {fmt(s['median_build_s'], '.1f')} | {fmt(s['median_time_to_target_s'], '.1f', 'not reached')} "
-        f"| {fmt(s['median_time_to_target_incl_build_s'], '.1f', 'not reached')} "
-        f"| {fmt(s['median_env_steps_at_target'], ',.0f', 'not reached')} | {fmt(s['median_steps_per_s'], ',.0f')} "
-        f"| {fmt(s['rllib_quoted_time_over_ours_loop'], '.1f')} | {fmt(s['rllib_quoted_time_over_ours_incl_build'], '.1f')} "
-        f"| {fmt(s['steps_per_s_over_rllib_quoted'], '.1f')} |"),
+        (
+            f"| {s['runs']}{dqn_failed} | {s['reached']}/{s['runs']} "
+            f"| {fmt(s['median_build_s'], '.1f')} | {fmt(s['median_time_to_target_s'], '.1f', 'not reached')} "
+            f"| {fmt(s['median_time_to_target_incl_build_s'], '.1f', 'not reached')} "
+            f"| {fmt(s['median_env_steps_at_target'], ',.0f', 'not reached')} | {fmt(s['median_steps_per_s'], ',.0f')} "
+            f"| {fmt(s['rllib_quoted_time_over_ours_loop'], '.1f')} | {fmt(s['rllib_quoted_time_over_ours_incl_build'], '.1f')} "
+            f"| {fmt(s['steps_per_s_over_rllib_quoted'], '.1f')} |"
+        ),
         "",
-        (f"**Baseline, NOT measured here** (quoted): {q['source']}: ~{q['time_to_target_s']:.0f} s to return "
-        f"{q['target']:g}, ~{q['env_steps_per_s']:,.0f} env steps/s sampled. Time ratios above 1 and steps/s ratios "
-        f"above 1 mean jaxflow is faster; the time ratios are left out unless --target is {q['target']:g}."),
+        (
+            f"**Baseline, NOT measured here** (quoted): {q['source']}: ~{q['time_to_target_s']:.0f} s to return "
+            f"{q['target']:g}, ~{q['env_steps_per_s']:,.0f} env steps/s sampled. Time ratios above 1 and steps/s ratios "
+            f"above 1 mean jaxflow is faster; the time ratios are left out unless --target is {q['target']:g}."
+        ),
         "",
-        ("| seed | build (s) | loop (s) | iterations | env steps | env steps/s | final return "
-        f"| time to {target} (s) | env steps at {target} | error |"),
+        (
+            "| seed | build (s) | loop (s) | iterations | env steps | env steps/s | final return "
+            f"| time to {target} (s) | env steps at {target} | error |"
+        ),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["dqn_runs"]:
@@ -233,12 +247,16 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"## Ape-X, default config but num_workers 1 or 2 and {APEX_REPLAY_SHARDS} replay shards",
         "",
-        (f"Each run trains for {args['apex_steps']:,} sampled env steps. An update is one replayed batch of "
-        f"{report['apex_config']['replay_batch_size']} ({report['apex_config']['replay_batch_size'] // report['apex_config']['train_batch_size']} "
-        "SGD steps). \"Steady\" rates leave out the first iteration (compilation, filling to learning_starts)."),
+        (
+            f"Each run trains for {args['apex_steps']:,} sampled env steps. An update is one replayed batch of "
+            f"{report['apex_config']['replay_batch_size']} ({report['apex_config']['replay_batch_size'] // report['apex_config']['train_batch_size']} "
+            'SGD steps). "Steady" rates leave out the first iteration (compilation, filling to learning_starts).'
+        ),
         "",
-        ("| workers | runs | env steps/s | env steps/s (steady) | updates/s | updates/s (steady) | SGD steps/s "
-        "| env steps trained/s |"),
+        (
+            "| workers | runs | env steps/s | env steps/s (steady) | updates/s | updates/s (steady) | SGD steps/s "
+            "| env steps trained/s |"
+        ),
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for a in report["apex_summary"]:
@@ -252,12 +270,16 @@ def markdown(report: dict[str, Any]) -> str:
     sc = report["apex_scaling"]
     lines += [
         "",
-        (f"**2 workers / 1 worker**: env steps/s {fmt(sc['steps_per_s'], '.2f')} "
-        f"(steady {fmt(sc['steady_steps_per_s'], '.2f')}), updates/s {fmt(sc['updates_per_s'], '.2f')} "
-        f"(steady {fmt(sc['steady_updates_per_s'], '.2f')})."),
+        (
+            f"**2 workers / 1 worker**: env steps/s {fmt(sc['steps_per_s'], '.2f')} "
+            f"(steady {fmt(sc['steady_steps_per_s'], '.2f')}), updates/s {fmt(sc['updates_per_s'], '.2f')} "
+            f"(steady {fmt(sc['steady_updates_per_s'], '.2f')})."
+        ),
         "",
-        ("| workers | seed | build (s) | loop (s) | iterations | env steps | env steps/s | updates | updates/s "
-        "| SGD steps/s | final return | error |"),
+        (
+            "| workers | seed | build (s) | loop (s) | iterations | env steps | env steps/s | updates | updates/s "
+            "| SGD steps/s | final return | error |"
+        ),
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["apex_runs"]:
@@ -271,18 +293,25 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the DQN runs")
     p.add_argument("--max-steps", type=int, default=200_000, help="env-step budget of one DQN run")
     p.add_argument("--target", type=float, default=450.0, help="episode_return_mean that counts as solved")
-    p.add_argument("--apex-seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the Ape-X runs (per worker count)")
+    p.add_argument(
+        "--apex-seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the Ape-X runs (per worker count)"
+    )
     p.add_argument("--apex-workers", type=int, nargs="+", default=[1, 2], help="Ape-X num_workers values")
     p.add_argument("--apex-steps", type=int, default=100_000, help="env steps sampled per Ape-X run")
     p.add_argument("--skip-dqn", action="store_true", help="leave out the DQN time-to-target runs")
     p.add_argument("--skip-apex", action="store_true", help="leave out the Ape-X throughput runs")
     p.add_argument("--out-dir", default=RESULTS_DIR, help="where dqn_cartpole.json and .md go")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: first seed only, every run stops at 20,000 env steps (target or not)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: first seed only, every run stops at 20,000 env steps (target or not)",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.apex_seeds = args.seeds[:1], args.apex_seeds[:1]
@@ -302,13 +331,15 @@ def main(argv: list[str] | None = None) -> None:
             log(f"DQN: seed={seed}")
             try:
                 run = train_dqn(seed, args.max_steps, args.target)
-            except Exception as e:  # noqa: BLE001 - one broken run must not lose the others' results
+            except Exception as e:
                 traceback.print_exc()
                 run = DQNRun(seed, error=f"{type(e).__name__}: {e}")
             dqn_runs.append(run)
-            log(f"  {fmt(run.env_steps, ',d')} steps in {fmt(run.loop_s, '.1f')} s loop + {fmt(run.build_s, '.1f')} s build "
+            log(
+                f"  {fmt(run.env_steps, ',d')} steps in {fmt(run.loop_s, '.1f')} s loop + {fmt(run.build_s, '.1f')} s build "
                 f"({fmt(run.steps_per_s, ',.0f')} steps/s); time to {args.target:g}: "
-                f"{fmt(run.time_to_target_s, '.1f', 'not reached')}{'; ERROR ' + run.error if run.error else ''}")
+                f"{fmt(run.time_to_target_s, '.1f', 'not reached')}{'; ERROR ' + run.error if run.error else ''}"
+            )
         apex_runs: list[ApexRun] = []
         # Worker counts alternate within each seed, so load drift affects both alike.
         for seed in [] if args.skip_apex else args.apex_seeds:
@@ -316,12 +347,14 @@ def main(argv: list[str] | None = None) -> None:
                 log(f"Ape-X: workers={workers} seed={seed}")
                 try:
                     arun = train_apex(workers, seed, args.apex_steps)
-                except Exception as e:  # noqa: BLE001
+                except Exception as e:
                     traceback.print_exc()
                     arun = ApexRun(workers, seed, error=f"{type(e).__name__}: {e}")
                 apex_runs.append(arun)
-                log(f"  {fmt(arun.env_steps, ',d')} steps in {fmt(arun.loop_s, '.1f')} s ({fmt(arun.steps_per_s, ',.0f')} "
-                    f"steps/s, {fmt(arun.updates_per_s, ',.1f')} updates/s){'; ERROR ' + arun.error if arun.error else ''}")
+                log(
+                    f"  {fmt(arun.env_steps, ',d')} steps in {fmt(arun.loop_s, '.1f')} s ({fmt(arun.steps_per_s, ',.0f')} "
+                    f"steps/s, {fmt(arun.updates_per_s, ',.1f')} updates/s){'; ERROR ' + arun.error if arun.error else ''}"
+                )
     finally:
         ray.shutdown()
     apex_summary = [summarize_apex(apex_runs, w) for w in args.apex_workers] if apex_runs else []
@@ -334,8 +367,13 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine,
         # seed varies per run; the rest is the default config (Ape-X: num_workers per run, 2 shards).
         "dqn_config": {k: v for k, v in to_json_dict(get_algorithm("DQN").config_cls(env=ENV)).items() if k != "seed"},
-        "apex_config": {k: v for k, v in to_json_dict(get_algorithm("APEX").config_cls(
-            env=ENV, num_replay_shards=APEX_REPLAY_SHARDS)).items() if k not in ("seed", "num_workers")},
+        "apex_config": {
+            k: v
+            for k, v in to_json_dict(
+                get_algorithm("APEX").config_cls(env=ENV, num_replay_shards=APEX_REPLAY_SHARDS)
+            ).items()
+            if k not in ("seed", "num_workers")
+        },
         "baseline_quoted_not_measured": {
             "source": "RLlib DQN on CartPole-v1 on the same kind of 2-core machine",
             "time_to_target_s": RLLIB_QUOTED_TIME_TO_TARGET_S,

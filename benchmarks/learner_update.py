@@ -2,7 +2,7 @@
 the same run from the same state on the same batch:
 
 - ``xla_scan``: the Nature CNN with XLA's convolutions, all SGD steps compiled as one
-  ``lax.scan`` (``jaxflow.learner.sgd_update`` under ``jit``): the baseline;
+  ``lax.scan`` (``jaxflow.learn.sgd.sgd_update`` under ``jit``): the baseline;
 - ``xla_host``: the same network in a ``jaxflow.Learner``, which steps a loss with
   convolutions minibatch by minibatch from the host on the CPU (XLA:CPU computes a
   convolution's weight gradient inside a loop body far slower than outside one,
@@ -22,14 +22,16 @@ import functools
 import os
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
 from common import logger, machine_info, write_report
 
-from jaxflow.algorithm import build_learner, get_algorithm
-from jaxflow.learner import make_optimizer, sgd_update
+from jaxflow.api.ray_program import build_learner
+from jaxflow.api.registry import get_algorithm
+from jaxflow.learn.sgd import make_optimizer, sgd_update
 
 log = logger("learner_update")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -88,8 +90,11 @@ def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
     _, xla_learner = build_learner(config, spec, network=xla_network)
     num_epochs, minibatch_size = spec.sgd(config)
     loss_fn = functools.partial(spec.loss, apply_fn=xla_network.apply, config=config)
-    scan = jax.jit(functools.partial(sgd_update, loss_fn, make_optimizer(config.lr, config.max_grad_norm),
-                                     num_epochs, minibatch_size))
+    scan = jax.jit(
+        functools.partial(
+            sgd_update, loss_fn, make_optimizer(config.lr, config.max_grad_norm), num_epochs, minibatch_size
+        )
+    )
     batch = make_batch(np.random.default_rng(seed), config)
     start = learner.get_state()
 
@@ -97,9 +102,14 @@ def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
         def update() -> Any:
             learner.set_state(start)
             return learner.update(batch)
+
         return update
 
-    runs = {"xla_scan": lambda: scan(start, batch)[0].params, "xla_host": from_start(xla_learner), "learner": from_start(learner)}
+    runs = {
+        "xla_scan": lambda: scan(start, batch)[0].params,
+        "xla_host": from_start(xla_learner),
+        "learner": from_start(learner),
+    }
     log(f"{name}: compiling all three")
     first = {k: timed(fn) for k, fn in runs.items()}
     # All from the same state: the learners must reach the baseline's parameters.
@@ -118,10 +128,14 @@ def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
     medians = {k: statistics.median(v) for k, v in seconds.items()}
     n = len(next(iter(batch.values())))
     return {
-        "algorithm": name, "loops": {"xla_host": xla_learner.loop, "learner": learner.loop},
+        "algorithm": name,
+        "loops": {"xla_host": xla_learner.loop, "learner": learner.loop},
         "samples": n * (batch["obs"].shape[1] if name == "IMPALA" else 1),
         "sgd_steps": num_epochs * (n // (minibatch_size or n)),
-        "seconds": seconds, "median_s": medians, "first_call_s": first, "max_param_diff": diffs,
+        "seconds": seconds,
+        "median_s": medians,
+        "first_call_s": first,
+        "max_param_diff": diffs,
         "speedup_vs_xla_scan": medians["xla_scan"] / medians["learner"],
         "speedup_vs_xla_host": medians["xla_host"] / medians["learner"],
     }

@@ -15,7 +15,8 @@ import os
 import statistics
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import ray
 from common import (
@@ -29,10 +30,11 @@ from common import (
 )
 
 from jaxflow import Algorithm, get_algorithm
-from jaxflow.config import to_json_dict
-from jaxflow.learner import Learner
-from jaxflow.metrics import ENV_STEPS_SAMPLED
-from jaxflow.workers import SampleBatch, WorkerSet, concat_batches, flatten_time_major
+from jaxflow.config.fields import to_json_dict
+from jaxflow.learn.learner import Learner
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
+from jaxflow.rollout.batch import SampleBatch, concat_batches, flatten_time_major
+from jaxflow.rollout.worker_set import WorkerSet
 
 log = logger("ppo_cartpole")
 
@@ -253,7 +255,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"**Baseline, NOT measured here** (quoted): {q['source']}: ~{q['env_steps_per_s']:,.0f} env steps/s, "
-        f"~{q['time_to_target_s']:.0f} s to return {q['target']:g}. \"vs RLlib (quoted)\" = our median / quoted number: "
+        f'~{q["time_to_target_s"]:.0f} s to return {q["target"]:g}. "vs RLlib (quoted)" = our median / quoted number: '
         "steps/s above 1 and time below 1 mean jaxflow is faster. The time ratio is left out unless "
         f"--target is {q['target']:g}.",
         "",
@@ -293,7 +295,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the training runs")
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="num_workers values to train with")
     p.add_argument("--max-steps", type=int, default=300_000, help="env-step budget of one training run")
@@ -303,8 +307,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--overhead-iterations", type=int, default=60, help="iterations per timed rep")
     p.add_argument("--overhead-reps", type=int, default=5, help="timed reps per path")
     p.add_argument("--out-dir", default=RESULTS_DIR, help="where ppo_cartpole.json and .md go")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: first seed only, 2 workers only, 2 overhead reps of 20 iterations after 2 warm-up")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: first seed only, 2 workers only, 2 overhead reps of 20 iterations after 2 warm-up",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.seeds, args.workers = args.seeds[:1], [2]
@@ -327,20 +334,23 @@ def main(argv: list[str] | None = None) -> None:
                 log(f"training: workers={workers} seed={seed}")
                 try:
                     run = train_once(workers, seed, args.max_steps, args.target)
-                except Exception as e:  # noqa: BLE001 - one broken run must not lose the others' results
+                except Exception as e:
                     traceback.print_exc()
                     run = TrainingRun(workers, seed, error=f"{type(e).__name__}: {e}")
                 runs.append(run)
-                log(f"  {fmt(run.env_steps, ',d')} steps in {fmt(run.loop_s, '.1f')} s loop + {fmt(run.build_s, '.1f')} s "
+                log(
+                    f"  {fmt(run.env_steps, ',d')} steps in {fmt(run.loop_s, '.1f')} s loop + {fmt(run.build_s, '.1f')} s "
                     f"build ({fmt(run.steps_per_s, ',.0f')} steps/s); time to {args.target:g}: "
-                    f"{fmt(run.time_to_target_s, '.1f', 'not reached')}{'; ERROR ' + run.error if run.error else ''}")
+                    f"{fmt(run.time_to_target_s, '.1f', 'not reached')}{'; ERROR ' + run.error if run.error else ''}"
+                )
         log(f"overhead: {args.overhead_workers} workers, seed {args.seeds[0]}")
         overhead: Overhead | None = None
         overhead_error: str | None = None
         try:
-            overhead = measure_overhead(args.overhead_workers, args.seeds[0], args.overhead_warmup,
-                                        args.overhead_iterations, args.overhead_reps)
-        except Exception as e:  # noqa: BLE001 - keep the training results when the comparison fails
+            overhead = measure_overhead(
+                args.overhead_workers, args.seeds[0], args.overhead_warmup, args.overhead_iterations, args.overhead_reps
+            )
+        except Exception as e:
             traceback.print_exc()
             overhead_error = f"{type(e).__name__}: {e}"
     finally:
@@ -351,15 +361,20 @@ def main(argv: list[str] | None = None) -> None:
         "args": {k: v for k, v in vars(args).items() if k != "out_dir"},
         "machine": machine,
         # num_workers and seed vary per run (see "runs"); the rest is PPO's default config.
-        "ppo_config": {k: v for k, v in to_json_dict(get_algorithm("PPO").config_cls(env=ENV)).items()
-                       if k not in ("num_workers", "seed")},
+        "ppo_config": {
+            k: v
+            for k, v in to_json_dict(get_algorithm("PPO").config_cls(env=ENV)).items()
+            if k not in ("num_workers", "seed")
+        },
         "baseline_quoted_not_measured": {
             "source": "RLlib PPO on the same 2-core machine and config",
             "env_steps_per_s": RLLIB_QUOTED_STEPS_PER_S,
             "time_to_target_s": RLLIB_QUOTED_TIME_TO_TARGET_S,
             "target": RLLIB_QUOTED_TARGET,
         },
-        "summary": [dataclasses.asdict(summarize(w, [r for r in runs if r.workers == w], args.target)) for w in args.workers],
+        "summary": [
+            dataclasses.asdict(summarize(w, [r for r in runs if r.workers == w], args.target)) for w in args.workers
+        ],
         "runs": [dataclasses.asdict(r) for r in runs],
         "overhead": dataclasses.asdict(overhead) if overhead else None,
         "overhead_error": overhead_error,

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import gymnax
@@ -44,7 +45,9 @@ class ActorCritic(nn.Module):
         return mlp(obs, self.num_actions, 0.01), mlp(obs, 1, 1.0)[..., 0]
 
 
-def gae(values: jax.Array, rewards: jax.Array, discounts: jax.Array, last_value: jax.Array) -> tuple[jax.Array, jax.Array]:
+def gae(
+    values: jax.Array, rewards: jax.Array, discounts: jax.Array, last_value: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """GAE advantages and value targets of time-major ``[T, B]`` arrays; ``discounts``
     already hold gamma and are 0 where an episode ended."""
 
@@ -57,8 +60,9 @@ def gae(values: jax.Array, rewards: jax.Array, discounts: jax.Array, last_value:
     return adv, adv + values
 
 
-def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int = 10,
-               seed: int = 0, minibatch_size: int = 256) -> tuple[Callable[[], Any], Callable[[Any], tuple[Any, dict[str, jax.Array]]]]:
+def make_train(
+    num_envs: int = 32, num_steps: int = 32, iterations_per_call: int = 10, seed: int = 0, minibatch_size: int = 256
+) -> tuple[Callable[[], Any], Callable[[Any], tuple[Any, dict[str, jax.Array]]]]:
     """Returns ``(init_fn, train_fn)``: ``init_fn() -> runner_state`` (a pytree) and
     ``train_fn(runner_state) -> (runner_state, metrics)``, jit-compiled with the runner state
     donated, running ``iterations_per_call`` full PPO iterations (rollout + 8 epochs) via
@@ -87,7 +91,9 @@ def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int
         logits, value = apply(params, obs)
         action = jax.random.categorical(act_key, logits)
         logp = jnp.take_along_axis(jax.nn.log_softmax(logits), action[:, None], axis=1)[:, 0]
-        final_obs, final_state, reward, done, _ = step_envs(jax.random.split(step_key, num_envs), env_state, action, env_params)
+        final_obs, final_state, reward, done, _ = step_envs(
+            jax.random.split(step_key, num_envs), env_state, action, env_params
+        )
         reset_obs, reset_state = reset_envs(jax.random.split(reset_key, num_envs), env_params)
         # gymnax >= 1.0 leaves the time limit out of step_env's done; older versions fold it
         # in. OR-ing it in gives the same done under both.
@@ -100,7 +106,8 @@ def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int
         discount = GAMMA * (1.0 - done)  # done == terminated | truncated
         next_obs = jnp.where(done[:, None], reset_obs, final_obs)
         next_state = jax.tree.map(
-            lambda r, s: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), r, s), reset_state, final_state)
+            lambda r, s: jnp.where(done.reshape((-1,) + (1,) * (s.ndim - 1)), r, s), reset_state, final_state
+        )
         ep_ret, ep_len = ep_ret + reward, ep_len + 1
         # Every ended episode's return (NaN elsewhere), so the host can keep a window of recent
         # episodes exactly as the framework does.
@@ -150,8 +157,14 @@ def make_train(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int
     return init_fn, jax.jit(train, donate_argnums=0)
 
 
-def main(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int = 10, seed: int = 0,
-         target: float = 450.0, max_env_steps: int = 500_000) -> None:
+def main(
+    num_envs: int = 32,
+    num_steps: int = 32,
+    iterations_per_call: int = 10,
+    seed: int = 0,
+    target: float = 450.0,
+    max_env_steps: int = 500_000,
+) -> None:
     """Trains until the mean return of the last 100 episodes reaches ``target`` or
     ``max_env_steps``; the first call, which compiles, is left out of rates and times."""
     init_fn, train_fn = make_train(num_envs, num_steps, iterations_per_call, seed)
@@ -169,8 +182,10 @@ def main(num_envs: int = 32, num_steps: int = 32, iterations_per_call: int = 10,
             continue
         elapsed = time.perf_counter() - t_start
         mean_return = float(np.mean(window)) if window else float("nan")
-        print(f"env_steps {env_steps:7d}  mean_return {mean_return:6.1f}  "
-              f"steps/s {(env_steps - steps_at_start) / elapsed:9.0f}")
+        print(
+            f"env_steps {env_steps:7d}  mean_return {mean_return:6.1f}  "
+            f"steps/s {(env_steps - steps_at_start) / elapsed:9.0f}"
+        )
         if mean_return >= target:
             print(f"reached {target} at {env_steps} env steps, {elapsed:.2f} s after compile")
             return

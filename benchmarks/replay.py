@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 from common import logger, machine_info, write_report
 
-from jaxflow.replay import PrioritizedReplayBuffer, SumTree
-from jaxflow.transitions import decode_rows, encode_fragment
+from jaxflow.replay.buffer import PrioritizedReplayBuffer
+from jaxflow.replay.sum_tree import SumTree
+from jaxflow.replay.transitions import decode_rows, encode_fragment
 
 log = logger("replay")
 
@@ -86,7 +87,9 @@ class NaiveProportionalReplay:
         self.next = (self.next + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 
-    def sample(self, batch_size: int, rng: np.random.Generator, beta: float) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    def sample(
+        self, batch_size: int, rng: np.random.Generator, beta: float
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         mass = self.mass[: self.size]
         indices = rng.choice(self.size, size=batch_size, p=mass / mass.sum())
         weights = ((mass[indices] / mass[mass > 0].min()) ** -beta).astype(np.float32)
@@ -102,7 +105,9 @@ class UniformRing:
     def __init__(self, storage: Mapping[str, np.ndarray]):
         self.storage, self.size = storage, len(next(iter(storage.values())))
 
-    def sample(self, batch_size: int, rng: np.random.Generator, beta: float) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    def sample(
+        self, batch_size: int, rng: np.random.Generator, beta: float
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
         indices = rng.integers(self.size, size=batch_size)
         return {k: v[indices] for k, v in self.storage.items()}, indices, np.ones(batch_size, np.float32)
 
@@ -164,36 +169,47 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
 
     cases = [(name, op, fn) for name, buf in impls.items() for op, fn in ops(name, buf).items()]
     per_call: dict[tuple[str, str], list[float]] = {(n, o): [] for n, o, _ in cases}
-    for name, op, fn in cases:  # untimed warm-up
+    for _, _, fn in cases:  # untimed warm-up
         time_per_call(fn, 2)
     for rep in range(args.repeats):
         # Cases in reversed order on odd reps, so a drift in machine load hits all of them alike.
         for name, op, fn in cases if rep % 2 == 0 else cases[::-1]:
             calls = args.naive_calls if name == "naive_rng_choice" else args.calls
             per_call[(name, op)].append(time_per_call(fn, calls))
-        log(f"throughput rep {rep + 1}/{args.repeats}: prioritized sample "
+        log(
+            f"throughput rep {rep + 1}/{args.repeats}: prioritized sample "
             f"{per_call[('prioritized', 'sample')][-1] * 1e6:.0f} µs, naive sample "
-            f"{per_call[('naive_rng_choice', 'sample')][-1] * 1e6:.0f} µs")
+            f"{per_call[('naive_rng_choice', 'sample')][-1] * 1e6:.0f} µs"
+        )
 
     rows = []
     op_order = ("add", "sample", "sample_indices", "update_priorities")
-    for (name, op), times in sorted(per_call.items(), key=lambda kv: (list(impls).index(kv[0][0]), op_order.index(kv[0][1]))):
+    for (name, op), times in sorted(
+        per_call.items(), key=lambda kv: (list(impls).index(kv[0][0]), op_order.index(kv[0][1]))
+    ):
         med = statistics.median(times)
-        rows.append({
-            "impl": name, "op": op,
-            "calls_per_repeat": args.naive_calls if name == "naive_rng_choice" else args.calls,
-            "us_per_call": [t * 1e6 for t in times],
-            "median_us_per_call": med * 1e6,
-            "transitions_per_s": batch / med,
-        })
+        rows.append(
+            {
+                "impl": name,
+                "op": op,
+                "calls_per_repeat": args.naive_calls if name == "naive_rng_choice" else args.calls,
+                "us_per_call": [t * 1e6 for t in times],
+                "median_us_per_call": med * 1e6,
+                "transitions_per_s": batch / med,
+            }
+        )
     med = {(r["impl"], r["op"]): r["median_us_per_call"] for r in rows}
     ratios = {
         # > 1: prioritization costs that much more time per call than the same tree with alpha = 0.
-        "prioritized_over_uniform_alpha0": {op: med[("prioritized", op)] / med[("uniform_alpha0", op)]
-                                            for op in ("add", "sample", "sample_indices", "update_priorities")},
+        "prioritized_over_uniform_alpha0": {
+            op: med[("prioritized", op)] / med[("uniform_alpha0", op)]
+            for op in ("add", "sample", "sample_indices", "update_priorities")
+        },
         # > 1: the sum-tree is that many times faster than the O(N) sampler.
-        "naive_over_sumtree": {op: med[("naive_rng_choice", op)] / med[("prioritized", op)]
-                               for op in ("add", "sample", "update_priorities")},
+        "naive_over_sumtree": {
+            op: med[("naive_rng_choice", op)] / med[("prioritized", op)]
+            for op in ("add", "sample", "update_priorities")
+        },
         "prioritized_over_uniform_ring_sample": med[("prioritized", "sample")] / med[("uniform_ring", "sample")],
     }
     prio = impls["prioritized"]
@@ -295,8 +311,9 @@ def atari_bytes(args: argparse.Namespace) -> dict[str, Any]:
             next_id += ids.size
             frag_obs = obs[f * T : (f + 1) * T + 1]
             t1 = time.perf_counter()
-            rows, priorities = encode_fragment(frag_obs, actions[s], ret, disc, offsets, 1.0 + ids.astype(np.float64),
-                                               frame_stack=FRAME_STACK)
+            rows, priorities = encode_fragment(
+                frag_obs, actions[s], ret, disc, offsets, 1.0 + ids.astype(np.float64), frame_stack=FRAME_STACK
+            )
             encode_s.append(time.perf_counter() - t1)
             encoded.append((rows, priorities))
             lookup.append((f * T, offsets))
@@ -323,7 +340,8 @@ def atari_bytes(args: argparse.Namespace) -> dict[str, Any]:
             start = frag * T + t
             offsets = np.stack([lookup[i][1] for i in range(num_fragments)])[frag, t, b]
             ok = np.all(decoded["obs"] == obs[start, b], axis=(1, 2, 3)) & np.all(
-                decoded["next_obs"] == obs[start + offsets, b], axis=(1, 2, 3))
+                decoded["next_obs"] == obs[start + offsets, b], axis=(1, 2, 3)
+            )
             mismatches += int(np.count_nonzero(~ok))
             checked += len(idx)
 
@@ -332,36 +350,50 @@ def atari_bytes(args: argparse.Namespace) -> dict[str, Any]:
         projected_rows = math.ceil(PROJECTED_TRANSITIONS * rows_per_transition)
         projected_bytes = projected_rows * row_bytes + SumTree(projected_rows).nbytes
         encode_med = statistics.median(encode_s)
-        results.append({
-            "fragment_length": T,
-            "num_envs": args.atari_envs,
-            "fragments": num_fragments,
-            "transitions": held,
-            "rows": total_rows,
-            "rows_per_transition": rows_per_transition,
-            "row_bytes": row_bytes,
-            "row_fields": {k: {"dtype": str(v.dtype), "shape": list(v.shape[1:]), "bytes": int(v[0].nbytes)}
-                           for k, v in buffer.storage.items()},
-            "storage_bytes": storage_bytes,
-            "tree_bytes": buffer.tree.nbytes,
-            "bytes_per_transition": per_transition,
-            "storage_bytes_per_transition": storage_bytes / held,
-            "naive_bytes_per_transition": NAIVE_ATARI_BYTES,
-            "naive_over_ours": NAIVE_ATARI_BYTES / per_transition,
-            "within_7_5_kb": per_transition <= ATARI_TARGET_BYTES,
-            "projected_gb_1m_transitions": projected_bytes / 1e9,
-            "naive_projected_gb_1m_transitions": PROJECTED_TRANSITIONS * NAIVE_ATARI_BYTES / 1e9,
-            "encode_ms_per_fragment_median": encode_med * 1e3,
-            "encode_transitions_per_s": T * args.atari_envs / encode_med,
-            "sample_decode_batch": args.batch_size,
-            "sample_decode_us_median": statistics.median(decode_us),
-            "decode_checked": checked,
-            "decode_mismatches": mismatches,
-        })
-        log(f"  T={T}: {held:,} transitions in {total_rows:,} rows, {per_transition:,.1f} B/transition, "
-            f"decode check {checked - mismatches}/{checked}")
-    return {"env": ATARI_ENV, "frame_stack": FRAME_STACK, "n_step": ATARI_N_STEP, "steps_per_env": steps,
-            "episode_resets": resets, "rollout_s": rollout_s, "target_bytes": ATARI_TARGET_BYTES, "results": results}
+        results.append(
+            {
+                "fragment_length": T,
+                "num_envs": args.atari_envs,
+                "fragments": num_fragments,
+                "transitions": held,
+                "rows": total_rows,
+                "rows_per_transition": rows_per_transition,
+                "row_bytes": row_bytes,
+                "row_fields": {
+                    k: {"dtype": str(v.dtype), "shape": list(v.shape[1:]), "bytes": int(v[0].nbytes)}
+                    for k, v in buffer.storage.items()
+                },
+                "storage_bytes": storage_bytes,
+                "tree_bytes": buffer.tree.nbytes,
+                "bytes_per_transition": per_transition,
+                "storage_bytes_per_transition": storage_bytes / held,
+                "naive_bytes_per_transition": NAIVE_ATARI_BYTES,
+                "naive_over_ours": NAIVE_ATARI_BYTES / per_transition,
+                "within_7_5_kb": per_transition <= ATARI_TARGET_BYTES,
+                "projected_gb_1m_transitions": projected_bytes / 1e9,
+                "naive_projected_gb_1m_transitions": PROJECTED_TRANSITIONS * NAIVE_ATARI_BYTES / 1e9,
+                "encode_ms_per_fragment_median": encode_med * 1e3,
+                "encode_transitions_per_s": T * args.atari_envs / encode_med,
+                "sample_decode_batch": args.batch_size,
+                "sample_decode_us_median": statistics.median(decode_us),
+                "decode_checked": checked,
+                "decode_mismatches": mismatches,
+            }
+        )
+        log(
+            f"  T={T}: {held:,} transitions in {total_rows:,} rows, {per_transition:,.1f} B/transition, "
+            f"decode check {checked - mismatches}/{checked}"
+        )
+    return {
+        "env": ATARI_ENV,
+        "frame_stack": FRAME_STACK,
+        "n_step": ATARI_N_STEP,
+        "steps_per_env": steps,
+        "episode_resets": resets,
+        "rollout_s": rollout_s,
+        "target_bytes": ATARI_TARGET_BYTES,
+        "results": results,
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -381,8 +413,10 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         "# Replay data structures",
         "",
-        (f"{report['created']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load average at start "
-        f"{', '.join(f'{x:.2f}' for x in m['load_average_at_start'])} · numpy {m['numpy']} · Python {m['python']}"),
+        (
+            f"{report['created']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load average at start "
+            f"{', '.join(f'{x:.2f}' for x in m['load_average_at_start'])} · numpy {m['numpy']} · Python {m['python']}"
+        ),
         "",
     ]
     tp = report["throughput"]
@@ -391,28 +425,37 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"Failed: {report['throughput_error']}")
     else:
         lines += [
-            (f"Capacity {tp['capacity']:,}, filled before timing with CartPole-sized transitions "
-            f"({tp['bytes_per_transition']} B each; buffer {tp['buffer_nbytes'] / 1e6:,.0f} MB of which trees "
-            f"{tp['tree_nbytes'] / 1e6:,.0f} MB). Batches of {tp['batch_size']}, beta {tp['beta']}. Median over "
-            f"{tp['repeats']} repeats of {args['calls']} calls ({args['naive_calls']} for the naive sampler)."),
+            (
+                f"Capacity {tp['capacity']:,}, filled before timing with CartPole-sized transitions "
+                f"({tp['bytes_per_transition']} B each; buffer {tp['buffer_nbytes'] / 1e6:,.0f} MB of which trees "
+                f"{tp['tree_nbytes'] / 1e6:,.0f} MB). Batches of {tp['batch_size']}, beta {tp['beta']}. Median over "
+                f"{tp['repeats']} repeats of {args['calls']} calls ({args['naive_calls']} for the naive sampler)."
+            ),
             "",
             "| implementation | op | µs per call | transitions/s |",
             "|---|---|---:|---:|",
         ]
         for r in tp["rows"]:
-            lines.append(f"| {IMPL_LABELS[r['impl']]} | {r['op']} | {r['median_us_per_call']:,.1f} "
-                         f"| {r['transitions_per_s']:,.0f} |")
+            lines.append(
+                f"| {IMPL_LABELS[r['impl']]} | {r['op']} | {r['median_us_per_call']:,.1f} "
+                f"| {r['transitions_per_s']:,.0f} |"
+            )
         ra = tp["ratios"]
         lines += [
             "",
             "| ratio (median time per call) | add | sample | sample_indices | update_priorities |",
             "|---|---:|---:|---:|---:|",
             "| prioritized / uniform (alpha 0), same tree | "
-            + " | ".join(f"{ra['prioritized_over_uniform_alpha0'][op]:.2f}"
-                         for op in ("add", "sample", "sample_indices", "update_priorities")) + " |",
-            ("| **naive rng.choice / sum-tree** (speed-up) | "
-            f"{ra['naive_over_sumtree']['add']:.2f} | **{ra['naive_over_sumtree']['sample']:.1f}** | — "
-            f"| {ra['naive_over_sumtree']['update_priorities']:.2f} |"),
+            + " | ".join(
+                f"{ra['prioritized_over_uniform_alpha0'][op]:.2f}"
+                for op in ("add", "sample", "sample_indices", "update_priorities")
+            )
+            + " |",
+            (
+                "| **naive rng.choice / sum-tree** (speed-up) | "
+                f"{ra['naive_over_sumtree']['add']:.2f} | **{ra['naive_over_sumtree']['sample']:.1f}** | — "
+                f"| {ra['naive_over_sumtree']['update_priorities']:.2f} |"
+            ),
             "",
             f"Prioritized sample / plain uniform ring sample: {ra['prioritized_over_uniform_ring_sample']:.2f}.",
         ]
@@ -422,16 +465,20 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(report["atari_error"])
     else:
         lines += [
-            (f"{at['env']} (AtariPreprocessing 84x84 grayscale, frame skip 4, FrameStackObservation {at['frame_stack']}), "
-            f"{args['atari_envs']} envs x {at['steps_per_env']} random-action steps ({at['episode_resets']} resets), cut "
-            f"into fragments of T steps, encoded with `encode_fragment(frame_stack={at['frame_stack']})` and added to a "
-            "PrioritizedReplayBuffer whose capacity is exactly the rows written. Bytes per transition = (storage + "
-            f"sum/min-tree bytes) / transitions held. Naive layout: obs and next_obs as whole uint8 stacks + 12 B = "
-            f"{NAIVE_ATARI_BYTES:,} B."),
+            (
+                f"{at['env']} (AtariPreprocessing 84x84 grayscale, frame skip 4, FrameStackObservation {at['frame_stack']}), "
+                f"{args['atari_envs']} envs x {at['steps_per_env']} random-action steps ({at['episode_resets']} resets), cut "
+                f"into fragments of T steps, encoded with `encode_fragment(frame_stack={at['frame_stack']})` and added to a "
+                "PrioritizedReplayBuffer whose capacity is exactly the rows written. Bytes per transition = (storage + "
+                f"sum/min-tree bytes) / transitions held. Naive layout: obs and next_obs as whole uint8 stacks + 12 B = "
+                f"{NAIVE_ATARI_BYTES:,} B."
+            ),
             "",
-            (f"| T | fragments | transitions | rows/transition | B per row | **B per transition** | ≤ {at['target_bytes']:,} B "
-            "| naive B | naive / ours | GB per 1M (ours) | GB per 1M (naive) | encode ms/fragment | sample+decode µs "
-            "| decode check |"),
+            (
+                f"| T | fragments | transitions | rows/transition | B per row | **B per transition** | ≤ {at['target_bytes']:,} B "
+                "| naive B | naive / ours | GB per 1M (ours) | GB per 1M (naive) | encode ms/fragment | sample+decode µs "
+                "| decode check |"
+            ),
             "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in at["results"]:
@@ -445,35 +492,57 @@ def markdown(report: dict[str, Any]) -> str:
             )
         lines += [
             "",
-            ("GB per 1M: 10^6 transitions at the measured rows/transition, storage plus the trees of that capacity "
-            "(10^9 B). Encode: one fragment of T x envs transitions; sample+decode: one batch of "
-            f"{args['batch_size']} (sample_indices + decode_rows)."),
+            (
+                "GB per 1M: 10^6 transitions at the measured rows/transition, storage plus the trees of that capacity "
+                "(10^9 B). Encode: one fragment of T x envs transitions; sample+decode: one batch of "
+                f"{args['batch_size']} (sample_indices + decode_rows)."
+            ),
         ]
     return "\n".join(lines) + "\n"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--capacity", type=int, default=1_000_000, help="buffer capacity of the throughput part")
     p.add_argument("--batch-size", type=int, default=512, help="transitions per add / sample / update call")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the report gives their median")
     p.add_argument("--calls", type=int, default=200, help="calls per repeat for the sum-tree buffers")
     p.add_argument("--naive-calls", type=int, default=20, help="calls per repeat for the O(N) naive sampler")
     p.add_argument("--atari-envs", type=int, default=4, help="Atari envs B stepped side by side")
-    p.add_argument("--atari-steps-per-env", type=int, default=1024,
-                   help="random-action steps per Atari env; cut into fragments of each --fragment-lengths T")
+    p.add_argument(
+        "--atari-steps-per-env",
+        type=int,
+        default=1024,
+        help="random-action steps per Atari env; cut into fragments of each --fragment-lengths T",
+    )
     p.add_argument("--fragment-lengths", type=int, nargs="+", default=[64, 128], help="fragment lengths T")
     p.add_argument("--skip-atari", action="store_true", help="leave out the Atari bytes part")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=RESULTS_DIR, help="where replay.json and .md go")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: capacity 100,000, 2 repeats of 50 calls (5 naive), 2 Atari envs x 256 steps")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: capacity 100,000, 2 repeats of 50 calls (5 naive), 2 Atari envs x 256 steps",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.capacity, args.repeats, args.calls, args.naive_calls = 100_000, 2, 50, 5
         args.atari_envs, args.atari_steps_per_env = 2, 256
-    if min(args.capacity, args.batch_size, args.repeats, args.calls, args.naive_calls, args.atari_envs,
-           args.atari_steps_per_env, *args.fragment_lengths) < 1:
+    if (
+        min(
+            args.capacity,
+            args.batch_size,
+            args.repeats,
+            args.calls,
+            args.naive_calls,
+            args.atari_envs,
+            args.atari_steps_per_env,
+            *args.fragment_lengths,
+        )
+        < 1
+    ):
         p.error("all sizes and counts must be >= 1")
     if args.batch_size > args.capacity:
         p.error("--batch-size must not exceed --capacity")
@@ -487,11 +556,14 @@ def main(argv: list[str] | None = None) -> None:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "args": {k: v for k, v in vars(args).items() if k != "out_dir"},
         "machine": machine_info(runtime=False),
-        "throughput": None, "throughput_error": None, "atari": None, "atari_error": None,
+        "throughput": None,
+        "throughput_error": None,
+        "atari": None,
+        "atari_error": None,
     }
     try:
         report["throughput"] = throughput(args)
-    except Exception as e:  # noqa: BLE001 - keep the other part's results
+    except Exception as e:
         traceback.print_exc()
         report["throughput_error"] = f"{type(e).__name__}: {e}"
     if args.skip_atari:
@@ -504,13 +576,15 @@ def main(argv: list[str] | None = None) -> None:
             except ImportError:
                 missing.append(module)
         if missing:
-            report["atari_error"] = (f"Skipped: {', '.join(missing)} not installed (pip install ale-py opencv-python; "
-                                     "AtariPreprocessing resizes with OpenCV).")
+            report["atari_error"] = (
+                f"Skipped: {', '.join(missing)} not installed (pip install ale-py opencv-python; "
+                "AtariPreprocessing resizes with OpenCV)."
+            )
             log(report["atari_error"])
         else:
             try:
                 report["atari"] = atari_bytes(args)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 traceback.print_exc()
                 report["atari_error"] = f"Failed: {type(e).__name__}: {e}"
     text = markdown(report)

@@ -22,14 +22,20 @@ import numpy as np
 from common import fmt, logger, machine_info, parse_sets, parse_variants, variant_name, write_report
 
 from jaxflow import RolloutWorker, WorkerSpec, get_algorithm, make_vector_envs
-from jaxflow.algorithm import build_learner
+from jaxflow.api.ray_program import build_learner
 
 log = logger("worker_loop")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 FRAME_SKIP = 4
 # Config fields this script sets from its own flags.
-FLAG_FIELDS = {"env": "--env", "num_envs_per_worker": "--envs", "num_cpus_per_worker": "--threads", "seed": "--seed",
-               "vector_env": "(always ale)", "num_workers": "(always 1)"}
+FLAG_FIELDS = {
+    "env": "--env",
+    "num_envs_per_worker": "--envs",
+    "num_cpus_per_worker": "--threads",
+    "seed": "--seed",
+    "vector_env": "(always ale)",
+    "num_workers": "(always 1)",
+}
 
 
 def free_forward(num_outputs: int, latency_s: float):
@@ -61,15 +67,26 @@ def worker_frames_per_s(worker: RolloutWorker, fragments: int) -> tuple[float, f
     for _ in range(fragments):
         batch = worker.sample()
         steps += batch.env_steps
-        sample_s, env_s, policy_s = sample_s + batch.timing.sample_s, env_s + batch.timing.env_s, policy_s + batch.timing.policy_s
+        sample_s, env_s, policy_s = (
+            sample_s + batch.timing.sample_s,
+            env_s + batch.timing.env_s,
+            policy_s + batch.timing.policy_s,
+        )
     wall = time.perf_counter() - start
     return FRAME_SKIP * steps / wall, env_s / sample_s, policy_s / sample_s
 
 
 def base_config(args: argparse.Namespace) -> dict[str, Any]:
     """The config fields of the base worker: this script's flags, then ``--set``."""
-    return dict(env=args.env, vector_env="ale", num_workers=1, num_envs_per_worker=args.envs,
-                num_cpus_per_worker=args.threads, seed=args.seed, **args.overrides)
+    return dict(
+        env=args.env,
+        vector_env="ale",
+        num_workers=1,
+        num_envs_per_worker=args.envs,
+        num_cpus_per_worker=args.threads,
+        seed=args.seed,
+        **args.overrides,
+    )
 
 
 def build_worker(args: argparse.Namespace, variant: dict[str, Any], num_outputs: int) -> RolloutWorker:
@@ -102,10 +119,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for v in order:
                 raw = raw_frames_per_s(raw_env, args.raw_seconds, rng)
                 frames, env_share, policy_share = worker_frames_per_s(workers[v], args.fragments)
-                measured[v] = dict(raw_frames_per_s=raw, worker_frames_per_s=frames, worker_of_raw=frames / raw,
-                                   env_share=env_share, policy_share=policy_share)
-                log(f"repeat {i + 1}/{args.repeats} [{variant_name(args.variants[v])}]: raw {raw:,.0f}, "
-                    f"worker {frames:,.0f} frames/s ({frames / raw:.0%})")
+                measured[v] = dict(
+                    raw_frames_per_s=raw,
+                    worker_frames_per_s=frames,
+                    worker_of_raw=frames / raw,
+                    env_share=env_share,
+                    policy_share=policy_share,
+                )
+                log(
+                    f"repeat {i + 1}/{args.repeats} [{variant_name(args.variants[v])}]: raw {raw:,.0f}, "
+                    f"worker {frames:,.0f} frames/s ({frames / raw:.0%})"
+                )
                 # A sample_async thread is a fragment ahead: let it finish before the next phase.
                 time.sleep(2.0 * args.envs * workers[v].config.rollout_fragment_length * FRAME_SKIP / frames)
             repeats.append([measured[v] for v in range(len(workers))])
@@ -119,13 +143,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     keys = ("raw_frames_per_s", "worker_frames_per_s", "worker_of_raw", "env_share", "policy_share")
     return dict(
-        date=datetime.datetime.now().isoformat(timespec="seconds"), machine=machine_info(),
-        settings=dict(algo=args.algo, env=args.env, envs=args.envs, threads=args.threads, fragments=args.fragments,
-                      raw_seconds=args.raw_seconds, policy=args.policy, latency_ms=args.latency_ms,
-                      overrides=args.overrides, fragment_length=config.rollout_fragment_length),
-        variants=[dict(name=variant_name(variant), overrides=variant, repeats=[r[v] for r in repeats],
-                       median={k: med(v, k) for k in keys})
-                  for v, variant in enumerate(args.variants)],
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        machine=machine_info(),
+        settings=dict(
+            algo=args.algo,
+            env=args.env,
+            envs=args.envs,
+            threads=args.threads,
+            fragments=args.fragments,
+            raw_seconds=args.raw_seconds,
+            policy=args.policy,
+            latency_ms=args.latency_ms,
+            overrides=args.overrides,
+            fragment_length=config.rollout_fragment_length,
+        ),
+        variants=[
+            dict(
+                name=variant_name(variant),
+                overrides=variant,
+                repeats=[r[v] for r in repeats],
+                median={k: med(v, k) for k in keys},
+            )
+            for v, variant in enumerate(args.variants)
+        ],
     )
 
 
@@ -147,8 +187,10 @@ def markdown(report: dict[str, Any]) -> str:
     for v in variants:
         rows = [(str(i + 1), r) for i, r in enumerate(v["repeats"])] + [("**median**", v["median"])]
         for name, r in rows:
-            lines.append(f"| {v['name']} | {name} | {r['raw_frames_per_s']:,.0f} | {r['worker_frames_per_s']:,.0f} | "
-                         f"{fmt(r['worker_of_raw'], '.0%')} | {r['env_share']:.0%} | {r['policy_share']:.0%} |")
+            lines.append(
+                f"| {v['name']} | {name} | {r['raw_frames_per_s']:,.0f} | {r['worker_frames_per_s']:,.0f} | "
+                f"{fmt(r['worker_of_raw'], '.0%')} | {r['env_share']:.0%} | {r['policy_share']:.0%} |"
+            )
     lines += ["", "The median ratio is the median of each repeat's own ratio (the raw rate drifts between repeats)."]
     return "\n".join(lines) + "\n"
 
@@ -166,11 +208,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-ms", type=float, default=0.0, help="--policy free: sleep this long per forward pass")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=RESULTS_DIR)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="override a config field, e.g. num_env_groups=2 or sample_async=true; repeatable")
-    p.add_argument("--variant", action="append", default=[], metavar='"FIELD=VALUE ..."',
-                   help="also measure a worker of the base config (--set) with these fields changed, in turn "
-                        'with it, e.g. --variant sample_async=true --variant "num_env_groups=2"; repeatable')
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a config field, e.g. num_env_groups=2 or sample_async=true; repeatable",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar='"FIELD=VALUE ..."',
+        help="also measure a worker of the base config (--set) with these fields changed, in turn "
+        'with it, e.g. --variant sample_async=true --variant "num_env_groups=2"; repeatable',
+    )
     args = p.parse_args(argv)
     config_cls = get_algorithm(args.algo).config_cls
     args.overrides = parse_sets(p, config_cls, args.set, FLAG_FIELDS)
@@ -178,9 +230,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for variant in args.variants:
         groups = config_cls(**{**base_config(args), **variant}).num_env_groups
         if groups > 1 and args.threads < (os.cpu_count() or 1):
-            log(f"caution [{variant_name(variant)}]: {groups} groups of {args.threads} emulator threads may step at once, "
+            log(
+                f"caution [{variant_name(variant)}]: {groups} groups of {args.threads} emulator threads may step at once, "
                 f"on up to {groups * args.threads} of this machine's {os.cpu_count()} cores, against {args.threads} "
-                "thread(s) in the raw phase; use --threads equal to the cores the worker has to itself")
+                "thread(s) in the raw phase; use --threads equal to the cores the worker has to itself"
+            )
     if args.latency_ms and args.policy != "free":
         p.error("--latency-ms goes with --policy free")
     return args

@@ -1,24 +1,26 @@
 """Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
 multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
 
-Imports nothing from jaxflow or algorithms.
+Installed as ``jaxflow.envs``; imports nothing of the engine (jaxflow's other
+sub-packages) or of ``jaxflow.algorithms``.
 """
 
-from envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
-from envs import faulty as _faulty  # registers the misbehaving test envs
-from envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
-from envs.multiagent import (  # also registers the multiagent/<Game>-v0 ids
+from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
+from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from jaxflow.envs.multiagent import (
     CoordinationGame,
     MultiAgentEnvError,
     MultiAgentStep,
     MultiAgentVectorEnv,
     RockPaperScissors,
 )
-from envs.registry import (
+from jaxflow.envs.registry import (
     GYMNAX_PREFIX,
     EnvContext,
     EnvKindError,
     UnknownEnvError,
+    adopt,
+    custom_entry,
     entry,
     list_envs,
     make,
@@ -27,17 +29,15 @@ from envs.registry import (
     register,
     register_multiagent,
 )
-from envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
-from envs.vector import EnvSpaceError, VectorEnv, VectorStep
-
-del _faulty
+from jaxflow.envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
+from jaxflow.envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
 __all__ = [
+    "GYMNAX_PREFIX",
     "ALEVectorEnv",
     "AtariConfig",
     "AtariConfigError",
     "CoordinationGame",
-    "GYMNAX_PREFIX",
     "EnvContext",
     "EnvKindError",
     "EnvSpaceError",
@@ -49,7 +49,9 @@ __all__ = [
     "UnknownEnvError",
     "VectorEnv",
     "VectorStep",
+    "adopt",
     "atari",
+    "custom_entry",
     "entry",
     "list_envs",
     "list_task_distributions",

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from types import ModuleType
 from typing import Any, SupportsFloat
 
 import gymnasium
@@ -59,9 +60,10 @@ from gymnasium.wrappers import (
     RecordEpisodeStatistics,
 )
 
-from envs.registry import EnvContext, register
-from envs.vector import EnvSpaceError, VectorStep
+from jaxflow.envs.registry import EnvContext, register
+from jaxflow.envs.vector import EnvSpaceError, VectorStep
 
+ale_py: ModuleType | None
 try:
     import ale_py
 except ImportError:  # pragma: no cover - ale-py is a dependency; keep `import envs` working without it
@@ -125,17 +127,20 @@ class AtariConfig:
         unknown = sorted(set(kwargs) - set(allowed))
         if unknown:
             raise AtariConfigError(
-                f"Unknown env_config key(s) {unknown} for Atari environment {env_id!r}; "
-                f"allowed keys: {allowed}."
+                f"Unknown env_config key(s) {unknown} for Atari environment {env_id!r}; allowed keys: {allowed}."
             )
         config = cls(**kwargs)
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             value, kind = getattr(config, f.name), hints[f.name]
-            ok = isinstance(value, bool) if kind is bool else (
-                isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-                if kind is int
-                else isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+            ok = (
+                isinstance(value, bool)
+                if kind is bool
+                else (
+                    isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+                    if kind is int
+                    else isinstance(value, (int, float, np.number)) and not isinstance(value, bool)
+                )
             )
             if not ok:
                 raise AtariConfigError(
@@ -176,7 +181,7 @@ class SignReward(gymnasium.Wrapper):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         info["raw_reward"] = float(reward)
-        return obs, float(np.sign(reward)), terminated, truncated, info
+        return obs, float(np.sign(float(reward))), terminated, truncated, info
 
 
 class EpisodicLife(gymnasium.Wrapper):
@@ -196,7 +201,8 @@ class EpisodicLife(gymnasium.Wrapper):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._game_over = terminated or truncated
-        lives = self.env.unwrapped.ale.lives()
+        atari: Any = self.env.unwrapped  # ale-py's AtariEnv, typed by gymnasium as the base Env
+        lives = atari.ale.lives()
         life_lost = lives < self._lives
         self._lives = lives
         return obs, reward, terminated or life_lost, truncated, info
@@ -209,7 +215,8 @@ class EpisodicLife(gymnasium.Wrapper):
             if terminated or truncated:
                 obs, info = self.env.reset(options=options)
         self._game_over = False
-        self._lives = self.env.unwrapped.ale.lives()
+        atari: Any = self.env.unwrapped  # ale-py's AtariEnv, typed by gymnasium as the base Env
+        self._lives = atari.ale.lives()
         return obs, info
 
 
@@ -254,7 +261,8 @@ def make_atari(env_id: str, context: EnvContext | None = None, **env_config: Any
         raise gymnasium.error.DependencyNotInstalled("Atari environments need ale-py: pip install ale-py")
     gymnasium.register_envs(ale_py)
     config = AtariConfig.from_kwargs(env_id, env_config)
-    ale_kwargs = dict(
+    # Any values: ``**ale_kwargs`` must also fit make()'s own keyword parameters.
+    ale_kwargs: dict[str, Any] = dict(
         repeat_action_probability=config.repeat_action_probability,
         full_action_space=config.full_action_space,
         max_num_frames_per_episode=config.max_num_frames_per_episode,
@@ -330,7 +338,9 @@ class ALEVectorEnv:
             use_fire_reset=False,
         )
         self.observation_space = self._venv.single_observation_space
-        self.action_space = self._venv.single_action_space
+        action_space = self._venv.single_action_space
+        assert isinstance(action_space, gymnasium.spaces.Discrete)  # ALE games have discrete actions
+        self.action_space = action_space
         self._lives = np.zeros(num_envs, np.int64)
         self._returns = np.zeros(num_envs, np.float64)
         self._lengths = np.zeros(num_envs, np.int64)
@@ -342,6 +352,7 @@ class ALEVectorEnv:
     def reset(self) -> np.ndarray:
         if self._pending:
             raise RuntimeError(f"{self.env_id}: reset() between step_async() and step_wait().")
+        obs: np.ndarray  # ale-py leaves its reset()'s ObsType unbound
         obs, info = self._venv.reset(seed=self._seed)  # seeds seed, seed + 1, ... like VectorEnv
         self._lives[:] = info["lives"]
         self._returns[:] = 0.0
@@ -359,9 +370,11 @@ class ALEVectorEnv:
         actions = np.asarray(actions)
         if not self._checked_step:
             n = self.action_space.n
-            if actions.shape != (self.num_envs,) or not np.issubdtype(actions.dtype, np.integer) or (
-                (actions < 0) | (actions >= n)
-            ).any():
+            if (
+                actions.shape != (self.num_envs,)
+                or not np.issubdtype(actions.dtype, np.integer)
+                or ((actions < 0) | (actions >= n)).any()
+            ):
                 raise EnvSpaceError(
                     f"Actions {actions!r} are outside the action space of environment {self.env_id!r}: "
                     f"expected {self.num_envs} integers in {self.action_space}."

@@ -38,7 +38,7 @@ class GymnaxCPUEnv(gymnasium.Env):
         self._reset = jax.jit(env.reset_env, device=cpu)
         self._step = jax.jit(env.step_env, device=cpu)
         self._key = jax.random.PRNGKey(seed)
-        self._state = None
+        self._state: Any = None  # the gymnax env's state pytree, set by reset()
 
     def reset(self, *, seed: int | None = None, options: Any = None):
         del options

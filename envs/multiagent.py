@@ -12,14 +12,15 @@ Two small built-in games with a known optimum serve as tests and first examples:
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from envs.registry import EnvContext, make_copies, make_multiagent, register_multiagent
-from envs.vector import check_action, check_obs, obs_dtype
+from jaxflow.envs.registry import EnvContext, make_copies, make_multiagent, register_multiagent
+from jaxflow.envs.vector import check_action, check_obs, obs_dtype
 
 AGENTS = ("agent_0", "agent_1")
 
@@ -44,10 +45,10 @@ class _RepeatedTwoPlayerGame(ParallelEnv):
         self.possible_agents = list(AGENTS)
         self.agents: list[str] = []
         # One space object per agent for the env's life: PettingZoo seeds spaces by identity.
-        self.observation_spaces = {
-            a: gymnasium.spaces.Box(0.0, 1.0, (num_features + 1,), np.float32) for a in AGENTS
+        self.observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (num_features + 1,), np.float32) for a in AGENTS}
+        self.action_spaces: dict[str, gymnasium.spaces.Discrete] = {
+            a: gymnasium.spaces.Discrete(num_actions) for a in AGENTS
         }
-        self.action_spaces = {a: gymnasium.spaces.Discrete(num_actions) for a in AGENTS}
         self._rng = np.random.default_rng()
         self._t = 0
 
@@ -85,7 +86,7 @@ class _RepeatedTwoPlayerGame(ParallelEnv):
         self._t += 1
         self._new_round((a0, a1))
         done = self._t >= self.episode_length
-        out = (
+        out: tuple[dict[str, np.ndarray], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]] = (
             self._observe(),
             {AGENTS[0]: r0, AGENTS[1]: r1},
             dict.fromkeys(self.agents, False),
@@ -128,7 +129,7 @@ class CoordinationGame(_RepeatedTwoPlayerGame):
     (10/9 ≈ 1.11 with the defaults), a Binomial(episode_length, 1/num_actions**2) count.
     """
 
-    metadata = {"name": "coordination_v0", "render_modes": []}
+    metadata: ClassVar[dict] = {"name": "coordination_v0", "render_modes": []}
 
     def __init__(self, episode_length: int = 10, num_actions: int = 3):
         if num_actions < 2:
@@ -164,7 +165,7 @@ class RockPaperScissors(_RepeatedTwoPlayerGame):
     observation, so a learner can find that best response.
     """
 
-    metadata = {"name": "rock_paper_scissors_v0", "render_modes": []}
+    metadata: ClassVar[dict] = {"name": "rock_paper_scissors_v0", "render_modes": []}
 
     def __init__(self, episode_length: int = 10):
         super().__init__(episode_length, num_actions=3, num_features=3)
@@ -256,7 +257,7 @@ class MultiAgentVectorEnv:
         if set(actions) != set(self.agents) or any(len(actions[a]) != self.num_envs for a in self.agents):
             raise MultiAgentEnvError(
                 f"Environment {self.env_id!r} needs one action per copy ({self.num_envs}) for each of the agents "
-                f"{self.agents}, got {({a: np.shape(v) for a, v in actions.items()})}."
+                f"{self.agents}, got { ({a: np.shape(v) for a, v in actions.items()}) }."
             )
         if not self._checked_step:
             for agent in self.agents:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import TYPE_CHECKING, Any, Callable, Literal, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import gymnasium
 
@@ -70,6 +71,20 @@ def register_multiagent(env_id: str, factory: Callable[..., ParallelEnv], descri
     _MULTIAGENT[env_id] = EnvEntry(env_id, "multiagent", factory, description)
 
 
+def custom_entry(env_id: str) -> EnvEntry | None:
+    """The entry of an id added with :func:`register` or :func:`register_multiagent` in this
+    process (None for gymnasium's and gymnax's own ids). A run sends it to its Ray workers,
+    whose processes have not run the registration."""
+    return _EXTRA.get(env_id) or _MULTIAGENT.get(env_id)
+
+
+def adopt(e: EnvEntry) -> None:
+    """Registers an entry made in another process (see :func:`custom_entry`), unless this
+    process already knows the id."""
+    table = _MULTIAGENT if e.kind == "multiagent" else _EXTRA
+    table.setdefault(e.id, e)
+
+
 def _gymnax_ids() -> list[str]:
     import gymnax
 
@@ -100,9 +115,7 @@ def entry(env_id: str) -> EnvEntry:
         return EnvEntry(env_id, "gymnasium", _gymnasium_factory(env_id))
     close = difflib.get_close_matches(env_id, list_envs(), n=5, cutoff=0.5)
     hint = f" Did you mean one of {close}?" if close else ""
-    raise UnknownEnvError(
-        f"Unknown environment {env_id!r}.{hint} Run `jaxflow list` to see every id."
-    )
+    raise UnknownEnvError(f"Unknown environment {env_id!r}.{hint} Run `jaxflow list` to see every id.")
 
 
 def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
@@ -122,7 +135,7 @@ def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> g
     e = entry(env_id)
     _refuse_multiagent(e)
     if e.kind == "gymnax":
-        from envs.gymnax_cpu import GymnaxCPUEnv
+        from jaxflow.envs.gymnax_cpu import GymnaxCPUEnv
 
         env, params = _make_gymnax(env_id, **kwargs)
         return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
@@ -134,18 +147,26 @@ def make_multiagent(env_id: str, context: EnvContext | None = None, **kwargs: An
     e = entry(env_id)
     if e.kind != "multiagent":
         raise EnvKindError(
-            f"Environment {env_id!r} is a single-agent {e.kind} environment; create it with "
-            f"envs.make or envs.make_cpu."
+            f"Environment {env_id!r} is a single-agent {e.kind} environment; create it with envs.make or envs.make_cpu."
         )
     return e.factory(context or EnvContext(), **kwargs)
 
 
-def make_copies(make_fn: Callable[..., Any], env_id: str, num_envs: int, seed: int, env_config: dict[str, Any] | None,
-                worker_index: int, incarnation: int) -> list[Any]:
+def make_copies(
+    make_fn: Callable[..., Any],
+    env_id: str,
+    num_envs: int,
+    seed: int,
+    env_config: dict[str, Any] | None,
+    worker_index: int,
+    incarnation: int,
+) -> list[Any]:
     """A worker's ``num_envs`` copies of ``env_id``, copy i seeded ``seed + i``, made by
     ``make_fn`` (:func:`make_cpu` or :func:`make_multiagent`) with ``env_config``."""
-    return [make_fn(env_id, EnvContext(worker_index, i, incarnation, seed + i), **(env_config or {}))
-            for i in range(num_envs)]
+    return [
+        make_fn(env_id, EnvContext(worker_index, i, incarnation, seed + i), **(env_config or {}))
+        for i in range(num_envs)
+    ]
 
 
 def _refuse_multiagent(e: EnvEntry) -> None:
@@ -168,7 +189,7 @@ def _gymnasium_factory(env_id: str) -> Callable[..., gymnasium.Env]:
 def _make_gymnax(env_id: str, **kwargs: Any):
     import gymnax
 
-    env, params = gymnax.make(env_id[len(GYMNAX_PREFIX):])
+    env, params = gymnax.make(env_id[len(GYMNAX_PREFIX) :])
     if kwargs:
         params = params.replace(**kwargs)
     return env, params

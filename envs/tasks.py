@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import chex
 import gymnax
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from envs.registry import UnknownEnvError
+from jaxflow.envs.registry import UnknownEnvError
 
 Array = jax.Array
 
@@ -142,7 +143,9 @@ def _stack(params: Any, n: int) -> Any:
 def point_navigation(step_size: float = 0.1, goal_range: float = 0.5, horizon: int = 20) -> TaskDistribution:
     """PointNavigation tasks: goals uniform in ``[-goal_range, goal_range]^2``."""
     if not (step_size > 0 and goal_range > 0 and horizon > 0):
-        raise ValueError(f"step_size, goal_range and horizon must be positive, got {step_size}, {goal_range}, {horizon}.")
+        raise ValueError(
+            f"step_size, goal_range and horizon must be positive, got {step_size}, {goal_range}, {horizon}."
+        )
 
     def sample(key: Array, n: int, default: PointParams) -> PointParams:
         goals = jax.random.uniform(key, (n, 2), jnp.float32, -goal_range, goal_range)
@@ -155,7 +158,9 @@ def point_navigation(step_size: float = 0.1, goal_range: float = 0.5, horizon: i
 def cartpole_lengths(min_length: float = 0.25, max_length: float = 1.0, horizon: int = 200) -> TaskDistribution:
     """CartPole-v1 tasks: pole half-lengths uniform in ``[min_length, max_length]``."""
     if not (0 < min_length <= max_length and horizon > 0):
-        raise ValueError(f"need 0 < min_length <= max_length and horizon > 0, got {min_length}, {max_length}, {horizon}.")
+        raise ValueError(
+            f"need 0 < min_length <= max_length and horizon > 0, got {min_length}, {max_length}, {horizon}."
+        )
     env, default = gymnax.make("CartPole-v1")
 
     def sample(key: Array, n: int, default: Any) -> Any:
@@ -188,5 +193,7 @@ def make_task_distribution(task_id: str, **kwargs: Any) -> TaskDistribution:
     if factory is None:
         close = difflib.get_close_matches(task_id, list(_DISTRIBUTIONS), n=3, cutoff=0.5)
         hint = f" Did you mean {close}?" if close else ""
-        raise UnknownEnvError(f"Unknown task distribution {task_id!r}.{hint} Available: {', '.join(list_task_distributions())}.")
+        raise UnknownEnvError(
+            f"Unknown task distribution {task_id!r}.{hint} Available: {', '.join(list_task_distributions())}."
+        )
     return factory(**kwargs)

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import gymnasium
 import numpy as np
 
-from envs.registry import make_copies, make_cpu
+from jaxflow.envs.registry import make_copies, make_cpu
 
 
 class EnvSpaceError(ValueError):
@@ -113,7 +113,8 @@ class VectorEnv:
             for a in actions:
                 self._check_action(a)
         n = self.num_envs
-        next_obs, final_obs = [None] * n, [None] * n
+        next_obs: list[Any] = [None] * n  # every slot is filled below
+        final_obs: list[Any] = [None] * n
         reward = np.empty(n, np.float32)
         terminated = np.empty(n, bool)
         truncated = np.empty(n, bool)
@@ -183,8 +184,10 @@ def check_obs(env_id: str, space: gymnasium.Space, obs: Any, where: str, agent: 
 def check_action(env_id: str, space: gymnasium.Space, action: Any, agent: str | None = None) -> None:
     """Raises :class:`EnvSpaceError` naming the env (and agent) unless ``action`` is in ``space``."""
     if isinstance(space, gymnasium.spaces.Discrete):
-        ok = np.ndim(action) == 0 and np.issubdtype(np.asarray(action).dtype, np.integer) and space.contains(
-            np.int64(action)
+        ok = (
+            np.ndim(action) == 0
+            and np.issubdtype(np.asarray(action).dtype, np.integer)
+            and space.contains(np.int64(action))
         )
     else:
         ok = space.contains(np.asarray(action, dtype=space.dtype))

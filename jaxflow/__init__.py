@@ -1,68 +1,117 @@
-"""jaxflow: algorithms as short dataflow programs, numerics in JAX, actors in Ray."""
+"""jaxflow: algorithms as short dataflow programs, numerics in JAX, actors in Ray.
 
-from jaxflow.anakin import AnakinState, DeviceProgram, DeviceReplay, DeviceSpec, OnDevice
-from jaxflow.algorithm import Algorithm, AlgorithmSpec, evaluate_policy, get_algorithm, list_algorithms, register_algorithm
-from jaxflow.checkpoint import CheckpointError
-from jaxflow.config import CommonConfig, ConfigError
-from jaxflow.device import DeviceBatch, ToDevice, ToDeviceError
-from jaxflow.iterators import (
-    NOT_READY,
-    ActorPool,
-    BackpressureError,
-    Concurrently,
-    LocalIterator,
-    Operator,
-    ParallelIterator,
-    WorkerError,
-    from_actors,
-    from_items,
-    from_iterator,
-)
-from jaxflow.learner import Learner, LearnerThread, LearnerThreadError, TrainState, make_optimizer
-from jaxflow.metrics import Context
-from jaxflow.multiagent import (
-    MultiAgentBatch,
-    MultiAgentConfig,
-    MultiAgentRolloutWorker,
-    PolicyWorkers,
-    SelectExperiences,
-    load_multiagent_config,
-)
-from jaxflow.networks import MLPActorCritic, MLPQNetwork
-from jaxflow.operators import (
-    ApplyGradients,
-    BroadcastWeights,
-    ComputeGradients,
-    ConcatBatches,
-    Dequeue,
-    Enqueue,
-    ParallelReplay,
-    ParallelRollouts,
-    ReportMetrics,
-    StandardizeFields,
-    StoreToReplay,
-    TrainOneStep,
-    UpdatePriorities,
-    UpdateTargetNetwork,
-    UpdateWorkerWeights,
-)
-from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows, SumTree
-from jaxflow.replay_shards import ReplayBatch, ReplayShard, ReplayShards
-from jaxflow.run import train
-from jaxflow.workers import (
-    HostPostprocess,
-    RolloutWorker,
-    SampleBatch,
-    SampleTiming,
-    WorkerCrashedError,
-    WorkerSet,
-    WorkerSpec,
-    jax_actor,
-    make_vector_envs,
-)
+This module is the one import surface for algorithm pages and notebooks. Its names load
+on first use (PEP 562), so that ``import jaxflow.envs`` does not bring in the engine and
+``import jaxflow`` starts no JAX, Ray or algorithm import before something is asked for.
+The engine's parts live in sub-packages: ``api``, ``config``, ``dataflow``, ``ops``,
+``rollout``, ``learn``, ``replay``, ``ondevice``, ``networks`` (see docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS: dict[str, str] = {
+    "Algorithm": "jaxflow.api",
+    "AlgorithmSpec": "jaxflow.api",
+    "CheckpointError": "jaxflow.api",
+    "get_algorithm": "jaxflow.api",
+    "list_algorithms": "jaxflow.api",
+    "Program": "jaxflow.api",
+    "RayProgram": "jaxflow.api",
+    "register_algorithm": "jaxflow.api",
+    "train": "jaxflow.api",
+    "CommonConfig": "jaxflow.config",
+    "ConfigError": "jaxflow.config",
+    "NON_NEGATIVE": "jaxflow.config",
+    "param": "jaxflow.config",
+    "POSITIVE": "jaxflow.config",
+    "require": "jaxflow.config",
+    "UNIT": "jaxflow.config",
+    "ActorPool": "jaxflow.dataflow",
+    "BackpressureError": "jaxflow.dataflow",
+    "Concurrently": "jaxflow.dataflow",
+    "FlowContext": "jaxflow.dataflow",
+    "from_actors": "jaxflow.dataflow",
+    "from_items": "jaxflow.dataflow",
+    "from_iterator": "jaxflow.dataflow",
+    "jax_actor": "jaxflow.dataflow",
+    "LocalIterator": "jaxflow.dataflow",
+    "NOT_READY": "jaxflow.dataflow",
+    "Operator": "jaxflow.dataflow",
+    "ParallelIterator": "jaxflow.dataflow",
+    "WorkerError": "jaxflow.dataflow",
+    "device_data": "jaxflow.learn",
+    "DeviceBatch": "jaxflow.learn",
+    "Learner": "jaxflow.learn",
+    "LearnerThread": "jaxflow.learn",
+    "LearnerThreadError": "jaxflow.learn",
+    "make_optimizer": "jaxflow.learn",
+    "ToDevice": "jaxflow.learn",
+    "ToDeviceError": "jaxflow.learn",
+    "TrainState": "jaxflow.learn",
+    "MLPActorCritic": "jaxflow.networks",
+    "MLPQNetwork": "jaxflow.networks",
+    "q_network": "jaxflow.networks",
+    "AnakinState": "jaxflow.ondevice",
+    "DeviceProgram": "jaxflow.ondevice",
+    "DeviceReplay": "jaxflow.ondevice",
+    "DeviceSpec": "jaxflow.ondevice",
+    "flat_batch": "jaxflow.ondevice",
+    "OnDevice": "jaxflow.ondevice",
+    "ApplyGradients": "jaxflow.ops",
+    "BroadcastWeights": "jaxflow.ops",
+    "bulk_sync_env_steps": "jaxflow.ops",
+    "ComputeGradients": "jaxflow.ops",
+    "ConcatBatches": "jaxflow.ops",
+    "Context": "jaxflow.ops",
+    "CountPolicyUpdates": "jaxflow.ops",
+    "Dequeue": "jaxflow.ops",
+    "Enqueue": "jaxflow.ops",
+    "on_policy_flow": "jaxflow.ops",
+    "ParallelReplay": "jaxflow.ops",
+    "ParallelRollouts": "jaxflow.ops",
+    "PolicyWorkers": "jaxflow.ops",
+    "replay_train_batch": "jaxflow.ops",
+    "ReportMetrics": "jaxflow.ops",
+    "round_robin_weights": "jaxflow.ops",
+    "SelectExperiences": "jaxflow.ops",
+    "standardize_fields": "jaxflow.ops",
+    "StandardizeFields": "jaxflow.ops",
+    "StoreToReplay": "jaxflow.ops",
+    "TrainOneStep": "jaxflow.ops",
+    "UpdatePriorities": "jaxflow.ops",
+    "UpdateTargetNetwork": "jaxflow.ops",
+    "UpdateWorkerWeights": "jaxflow.ops",
+    "encode_fragment": "jaxflow.replay",
+    "encode_stacks": "jaxflow.replay",
+    "PrioritizedReplayBuffer": "jaxflow.replay",
+    "ReplayBatch": "jaxflow.replay",
+    "ReplayRows": "jaxflow.replay",
+    "ReplayShard": "jaxflow.replay",
+    "ReplayShards": "jaxflow.replay",
+    "SumTree": "jaxflow.replay",
+    "evaluate_policy": "jaxflow.rollout",
+    "HostPostprocess": "jaxflow.rollout",
+    "make_vector_envs": "jaxflow.rollout",
+    "MultiAgentBatch": "jaxflow.rollout",
+    "MultiAgentRolloutWorker": "jaxflow.rollout",
+    "PER_ENV_FIELDS": "jaxflow.rollout",
+    "RolloutWorker": "jaxflow.rollout",
+    "SampleBatch": "jaxflow.rollout",
+    "SampleTiming": "jaxflow.rollout",
+    "WorkerCrashedError": "jaxflow.rollout",
+    "WorkerSet": "jaxflow.rollout",
+    "WorkerSpec": "jaxflow.rollout",
+}
 
 __all__ = [
+    "NON_NEGATIVE",
     "NOT_READY",
+    "PER_ENV_FIELDS",
+    "POSITIVE",
+    "UNIT",
     "ActorPool",
     "Algorithm",
     "AlgorithmSpec",
@@ -77,12 +126,14 @@ __all__ = [
     "Concurrently",
     "ConfigError",
     "Context",
+    "CountPolicyUpdates",
     "Dequeue",
     "DeviceBatch",
     "DeviceProgram",
     "DeviceReplay",
     "DeviceSpec",
     "Enqueue",
+    "FlowContext",
     "HostPostprocess",
     "Learner",
     "LearnerThread",
@@ -91,7 +142,6 @@ __all__ = [
     "MLPActorCritic",
     "MLPQNetwork",
     "MultiAgentBatch",
-    "MultiAgentConfig",
     "MultiAgentRolloutWorker",
     "OnDevice",
     "Operator",
@@ -100,6 +150,8 @@ __all__ = [
     "ParallelRollouts",
     "PolicyWorkers",
     "PrioritizedReplayBuffer",
+    "Program",
+    "RayProgram",
     "ReplayBatch",
     "ReplayRows",
     "ReplayShard",
@@ -123,16 +175,133 @@ __all__ = [
     "WorkerError",
     "WorkerSet",
     "WorkerSpec",
-    "jax_actor",
+    "bulk_sync_env_steps",
+    "device_data",
+    "encode_fragment",
+    "encode_stacks",
     "evaluate_policy",
+    "flat_batch",
     "from_actors",
     "from_items",
     "from_iterator",
     "get_algorithm",
+    "jax_actor",
     "list_algorithms",
-    "load_multiagent_config",
     "make_optimizer",
     "make_vector_envs",
+    "on_policy_flow",
+    "param",
+    "q_network",
     "register_algorithm",
+    "replay_train_batch",
+    "require",
+    "round_robin_weights",
+    "standardize_fields",
     "train",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxflow' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:
+    from jaxflow.api import (
+        Algorithm,
+        AlgorithmSpec,
+        CheckpointError,
+        Program,
+        RayProgram,
+        get_algorithm,
+        list_algorithms,
+        register_algorithm,
+        train,
+    )
+    from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, CommonConfig, ConfigError, param, require
+    from jaxflow.dataflow import (
+        NOT_READY,
+        ActorPool,
+        BackpressureError,
+        Concurrently,
+        FlowContext,
+        LocalIterator,
+        Operator,
+        ParallelIterator,
+        WorkerError,
+        from_actors,
+        from_items,
+        from_iterator,
+        jax_actor,
+    )
+    from jaxflow.learn import (
+        DeviceBatch,
+        Learner,
+        LearnerThread,
+        LearnerThreadError,
+        ToDevice,
+        ToDeviceError,
+        TrainState,
+        device_data,
+        make_optimizer,
+    )
+    from jaxflow.networks import MLPActorCritic, MLPQNetwork, q_network
+    from jaxflow.ondevice import AnakinState, DeviceProgram, DeviceReplay, DeviceSpec, OnDevice, flat_batch
+    from jaxflow.ops import (
+        ApplyGradients,
+        BroadcastWeights,
+        ComputeGradients,
+        ConcatBatches,
+        Context,
+        CountPolicyUpdates,
+        Dequeue,
+        Enqueue,
+        ParallelReplay,
+        ParallelRollouts,
+        PolicyWorkers,
+        ReportMetrics,
+        SelectExperiences,
+        StandardizeFields,
+        StoreToReplay,
+        TrainOneStep,
+        UpdatePriorities,
+        UpdateTargetNetwork,
+        UpdateWorkerWeights,
+        bulk_sync_env_steps,
+        on_policy_flow,
+        replay_train_batch,
+        round_robin_weights,
+        standardize_fields,
+    )
+    from jaxflow.replay import (
+        PrioritizedReplayBuffer,
+        ReplayBatch,
+        ReplayRows,
+        ReplayShard,
+        ReplayShards,
+        SumTree,
+        encode_fragment,
+        encode_stacks,
+    )
+    from jaxflow.rollout import (
+        PER_ENV_FIELDS,
+        HostPostprocess,
+        MultiAgentBatch,
+        MultiAgentRolloutWorker,
+        RolloutWorker,
+        SampleBatch,
+        SampleTiming,
+        WorkerCrashedError,
+        WorkerSet,
+        WorkerSpec,
+        evaluate_policy,
+        make_vector_envs,
+    )

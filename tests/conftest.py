@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulty_envs  # noqa: F401 - registers the test/<Name>-v0 environments
 import pytest
 import ray
 

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import ray
 
-from algorithms.maml.losses import (
+from jaxflow import AlgorithmSpec, CommonConfig, ReportMetrics, from_actors, from_iterator, register_algorithm
+from jaxflow.algorithms.maml.losses import (
     adapt,
     collect,
     collect_jit,
@@ -42,20 +44,34 @@ from algorithms.maml.losses import (
     rollout_episodes,
     shard_key,
 )
-from envs.tasks import list_task_distributions, make_task_distribution
-from jaxflow import AlgorithmSpec, CommonConfig, ReportMetrics, from_actors, from_iterator, register_algorithm
-from jaxflow.algorithm import init_ray
-from jaxflow.config import POSITIVE, ConfigError, param, require
-from jaxflow.iterators import LocalIterator, Operator
-from jaxflow.learner import TrainState, make_optimizer
-from jaxflow.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
-from jaxflow.workers import jax_actor
+from jaxflow.api.ray_program import init_ray
+from jaxflow.config.fields import POSITIVE, ConfigError, param, require
+from jaxflow.dataflow.iterators import LocalIterator, Operator
+from jaxflow.envs.tasks import list_task_distributions, make_task_distribution
+from jaxflow.learn.sgd import TrainState, make_optimizer
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
+from jaxflow.rollout.worker_set import jax_actor
 
 Array = jax.Array
 
 __all__ = [
-    "MAML", "MAMLConfig", "MAMLProgram", "MAMLState", "adapt", "collect", "evaluate_adaptation", "inner_loss", "loss",
-    "meta_loss", "meta_update", "pg_advantages", "pg_batch", "plan", "reward_to_go", "rollout_episodes", "shard_key",
+    "MAML",
+    "MAMLConfig",
+    "MAMLProgram",
+    "MAMLState",
+    "adapt",
+    "collect",
+    "evaluate_adaptation",
+    "inner_loss",
+    "loss",
+    "meta_loss",
+    "meta_update",
+    "pg_advantages",
+    "pg_batch",
+    "plan",
+    "reward_to_go",
+    "rollout_episodes",
+    "shard_key",
 ]
 
 
@@ -95,11 +111,16 @@ class MAMLConfig(CommonConfig):
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{name}.env_config {self.env_config!r} does not fit {self.env!r}: {e}") from e
         require(self.episodes_per_task >= 2, f"{name}.episodes_per_task must be >= 2, got {self.episodes_per_task}.")
-        require(self.num_seeds == 1 and not self.sweep, f"{name}: MAML trains one agent; num_seeds and sweep are not supported.")
+        require(
+            self.num_seeds == 1 and not self.sweep,
+            f"{name}: MAML trains one agent; num_seeds and sweep are not supported.",
+        )
         if self.mode == "ray":
-            require(self.num_workers >= 1 and self.meta_batch_size % self.num_workers == 0,
-                    f"{name}: in Ray mode meta_batch_size ({self.meta_batch_size}) must be a multiple of "
-                    f"num_workers ({self.num_workers}, at least 1).")
+            require(
+                self.num_workers >= 1 and self.meta_batch_size % self.num_workers == 0,
+                f"{name}: in Ray mode meta_batch_size ({self.meta_batch_size}) must be a multiple of "
+                f"num_workers ({self.num_workers}, at least 1).",
+            )
 
 
 # --- the program: device mode, or Ray actors and a driver ------------------------------------
@@ -122,7 +143,8 @@ class MAMLWorker:
     def __init__(self, config: MAMLConfig, network: Any, index: int):
         self.index, self._num_tasks = index, config.meta_batch_size // config.num_workers
         self._collect = collect_jit(make_task_distribution(config.env, **config.env_config), network.apply, config)
-        self._params, self._key = None, None
+        self._params: Any = None
+        self._key: Array | None = None
 
     def set_meta_params(self, params: Any, key: np.ndarray, iteration: int) -> None:
         self._params, self._key = params, shard_key(key, iteration, self.index)
@@ -147,7 +169,7 @@ def record(ctx: Context, out: Mapping[str, np.ndarray]) -> None:
 class MetaUpdate(Operator):
     """The driver's meta-update on a round of worker shards (concatenated along tasks)."""
 
-    def __init__(self, program: "MAMLProgram"):
+    def __init__(self, program: MAMLProgram):
         self.program = program
 
     def __call__(self, shards: list[dict[str, Any]], ctx: Context) -> dict[str, np.ndarray]:
@@ -159,7 +181,7 @@ class MetaUpdate(Operator):
 class BroadcastMetaParams(Operator):
     """The new meta-parameters and the next round's key to every worker."""
 
-    def __init__(self, program: "MAMLProgram"):
+    def __init__(self, program: MAMLProgram):
         self.program = program
 
     def __call__(self, item: Any, ctx: Context) -> Any:
@@ -167,7 +189,7 @@ class BroadcastMetaParams(Operator):
         return item
 
 
-def plan(workers: list[Any], program: "MAMLProgram", config: MAMLConfig) -> LocalIterator[dict[str, Any]]:
+def plan(workers: list[Any], program: MAMLProgram, config: MAMLConfig) -> LocalIterator[dict[str, Any]]:
     """Ray mode's dataflow (built by :class:`MAMLProgram`, not by the Algorithm's learner path)."""
     # (1) a round: each worker draws its tasks, samples with theta, adapts per task, samples with theta'
     rounds = from_actors(workers, "sample", program.context, config.worker_timeout_s).gather_sync().batch(len(workers))
@@ -177,7 +199,7 @@ def plan(workers: list[Any], program: "MAMLProgram", config: MAMLConfig) -> Loca
 
 
 class MAMLProgram:
-    """A MAML run as :class:`~jaxflow.algorithm.Algorithm` drives it (the ``program`` hook).
+    """A MAML run as :class:`~jaxflow.api.algorithm.Algorithm` drives it (the ``program`` hook).
 
     Example:
         >>> algo = Algorithm.build("MAML", env="tasks/PointNavigation-v0")  # doctest: +SKIP
@@ -195,14 +217,18 @@ class MAMLProgram:
         train = TrainState(params, self._optimizer.init(params), jnp.zeros((), jnp.int32), key)
         self.state = MAMLState(train, jax.random.fold_in(key, 1), jnp.zeros((), jnp.int32))
         self.context = Context(num_episodes=config.metrics_num_episodes)
+        self._results: LocalIterator[dict[str, Any]] | None = None
         self._update = jax.jit(functools.partial(meta_update, self._loss, self._optimizer), donate_argnums=0)
         self.collect = collect_jit(self.dist, self.network.apply, config)
         """Compiled :func:`collect` of this run's tasks, network and config (evaluation)."""
         self.workers: list[Any] = []
+        self.files = None  # everything is in the state
         if self.mode == "ray":
             init_ray()
-            self.workers = [jax_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
-                            for i in range(config.num_workers)]
+            self.workers = [
+                jax_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
+                for i in range(config.num_workers)
+            ]
             self.broadcast()
         else:
             self._run = jax.jit(self._iterations, donate_argnums=0)
@@ -211,7 +237,9 @@ class MAMLProgram:
         collect_fn = functools.partial(collect, self.dist, self.network.apply, self.config)
 
         def iteration(state: MAMLState, _: Any):
-            batch = collect_fn(state.train.params, shard_key(state.key, state.iteration, 0), self.config.meta_batch_size)
+            batch = collect_fn(
+                state.train.params, shard_key(state.key, state.iteration, 0), self.config.meta_batch_size
+            )
             train, out = meta_update(self._loss, self._optimizer, state.train, batch)
             return state._replace(train=train, iteration=state.iteration + 1), out
 
@@ -232,6 +260,11 @@ class MAMLProgram:
     def results(self) -> LocalIterator[dict[str, Any]]:
         """One result per compiled call of ``iterations_per_call`` meta-iterations (device
         mode) or per meta-iteration (Ray mode)."""
+        if self._results is None:
+            self._results = self._plan()
+        return self._results
+
+    def _plan(self) -> LocalIterator[dict[str, Any]]:
         if self.mode == "ray":
             return plan(self.workers, self, self.config)
 

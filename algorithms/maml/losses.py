@@ -6,22 +6,25 @@ meta-batch's collection and update (Finn, Abbeel & Levine, 2017, Section 3.2, Al
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
-from envs.tasks import TaskDistribution
-from jaxflow.learner import TrainState, sgd_step
+from jaxflow.envs.tasks import TaskDistribution
+from jaxflow.learn.sgd import TrainState, sgd_step
 
 Array = jax.Array
 Batch = Mapping[str, Array]
 
 
-def rollout_episodes(env: Any, task: Any, apply_fn: Callable[..., Any], params: Any, key: Array,
-                     num_episodes: int, horizon: int) -> dict[str, Array]:
+def rollout_episodes(
+    env: Any, task: Any, apply_fn: Callable[..., Any], params: Any, key: Array, num_episodes: int, horizon: int
+) -> dict[str, Array]:
     """``num_episodes`` episodes of one task from reset, ``horizon`` steps each, actions
     sampled from ``softmax(logits)``: time-major ``[T, B]`` ``obs``, ``actions``, ``rewards``
     and ``mask`` (1 while the episode runs, 0 after it terminated)."""
@@ -35,9 +38,14 @@ def rollout_episodes(env: Any, task: Any, apply_fn: Callable[..., Any], params: 
         actions = jax.random.categorical(k_act, logits).astype(jnp.int32)
         # step_env: no automatic reset, so each row is one episode.
         next_obs, state, reward, terminated, _ = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))(
-            jax.random.split(k_env, num_episodes), state, actions, task)
-        out = dict(obs=obs, actions=actions, rewards=jnp.where(alive, reward, 0.0).astype(jnp.float32),
-                   mask=alive.astype(jnp.float32))
+            jax.random.split(k_env, num_episodes), state, actions, task
+        )
+        out = dict(
+            obs=obs,
+            actions=actions,
+            rewards=jnp.where(alive, reward, 0.0).astype(jnp.float32),
+            mask=alive.astype(jnp.float32),
+        )
         return (next_obs, state, alive & ~terminated), out
 
     _, traj = jax.lax.scan(step, (obs, state, jnp.ones(num_episodes, bool)), jax.random.split(k_steps, horizon))
@@ -76,9 +84,14 @@ def pg_batch(traj: Mapping[str, Array], gamma: float) -> dict[str, Array]:
     """The policy-gradient batch of one task's episodes: ``obs``, ``actions``, ``mask``,
     ``advantages`` ``[T, B]`` and each episode's (undiscounted) ``episode_return`` and
     ``episode_length`` ``[B]``."""
-    return dict(obs=traj["obs"], actions=traj["actions"], mask=traj["mask"],
-                advantages=pg_advantages(traj["rewards"], traj["mask"], gamma),
-                episode_return=traj["rewards"].sum(axis=0), episode_length=traj["mask"].sum(axis=0))
+    return dict(
+        obs=traj["obs"],
+        actions=traj["actions"],
+        mask=traj["mask"],
+        advantages=pg_advantages(traj["rewards"], traj["mask"], gamma),
+        episode_return=traj["rewards"].sum(axis=0),
+        episode_length=traj["mask"].sum(axis=0),
+    )
 
 
 def inner_loss(params: Any, batch: Batch, apply_fn: Callable[..., Any]) -> Array:
@@ -99,8 +112,14 @@ def adapt(params: Any, batch: Batch, inner_lr: float | Array, apply_fn: Callable
     return params
 
 
-def meta_loss(params: Any, pre_batch: Batch, post_batch: Batch, inner_lr: float | Array,
-              apply_fn: Callable[..., Any], inner_steps: int) -> tuple[Array, dict[str, Array]]:
+def meta_loss(
+    params: Any,
+    pre_batch: Batch,
+    post_batch: Batch,
+    inner_lr: float | Array,
+    apply_fn: Callable[..., Any],
+    inner_steps: int,
+) -> tuple[Array, dict[str, Array]]:
     """The MAML objective: the mean over tasks of ``inner_loss(adapt(params, pre_i), post_i)``;
     batches carry a leading task axis ``[N, T, B]``. Its gradient flows through the inner
     step(s) (second-order terms included).
@@ -121,14 +140,17 @@ def meta_loss(params: Any, pre_batch: Batch, post_batch: Batch, inner_lr: float 
     return jnp.mean(post_loss), {"entropy": jnp.mean(entropy), "inner_step_norm": jnp.mean(step)}
 
 
-def loss(params: Any, batch: Batch, rng: Array, *, apply_fn: Callable[..., Any], config: Any) -> tuple[Array, dict[str, Array]]:
+def loss(
+    params: Any, batch: Mapping[str, Batch], rng: Array, *, apply_fn: Callable[..., Any], config: Any
+) -> tuple[Array, dict[str, Array]]:
     """:func:`meta_loss` as a learner loss: ``batch = {"pre": ..., "post": ...}``."""
     del rng
     return meta_loss(params, batch["pre"], batch["post"], config.inner_lr, apply_fn, config.inner_steps)
 
 
-def collect(dist: TaskDistribution, apply_fn: Callable[..., Any], config: Any, params: Any, key: Array,
-            num_tasks: int) -> dict[str, Any]:
+def collect(
+    dist: TaskDistribution, apply_fn: Callable[..., Any], config: Any, params: Any, key: Array, num_tasks: int
+) -> dict[str, Any]:
     """One shard of a meta-batch: ``num_tasks`` tasks, their pre-adaptation episodes with
     ``params``, the inner step per task, the post-adaptation episodes with the adapted
     parameters. ``{"pre", "post"}`` are ``[N, T, B]`` batches, ``"tasks"`` the env params."""
@@ -145,13 +167,14 @@ def collect(dist: TaskDistribution, apply_fn: Callable[..., Any], config: Any, p
     return {"pre": pre, "post": post, "tasks": tasks}
 
 
-def shard_key(key: Array, iteration: Array | int, shard: int) -> Array:
+def shard_key(key: ArrayLike, iteration: Array | int, shard: int) -> Array:
     """The key of shard ``shard`` of meta-iteration ``iteration`` (device mode is shard 0)."""
     return jax.random.fold_in(jax.random.fold_in(key, iteration), shard)
 
 
-def meta_update(loss_fn: Callable[..., Any], optimizer: optax.GradientTransformation, train: TrainState,
-                batch: Mapping[str, Any]) -> tuple[TrainState, dict[str, Array]]:
+def meta_update(
+    loss_fn: Callable[..., Any], optimizer: optax.GradientTransformation, train: TrainState, batch: Mapping[str, Any]
+) -> tuple[TrainState, dict[str, Array]]:
     """One Adam step on the meta-loss of a collected meta-batch, with the batch's statistics."""
     train, metrics = sgd_step(loss_fn, optimizer, train, {"pre": batch["pre"], "post": batch["post"]})
     pre, post = batch["pre"], batch["post"]
@@ -173,10 +196,16 @@ def evaluate_adaptation(collect_fn: Callable[..., Any], params: Any, key: Array,
     task distribution, network and config bound (e.g. ``MAMLProgram.collect``)."""
     batch = jax.device_get(collect_fn(params, key, num_tasks=num_tasks))
     pre, post = batch["pre"]["episode_return"].mean(axis=1), batch["post"]["episode_return"].mean(axis=1)
-    return {"tasks": num_tasks, "episodes": int(batch["post"]["episode_return"].size),
-            "pre_adaptation_return": float(pre.mean()), "post_adaptation_return": float(post.mean()),
-            "adaptation_gain": float(post.mean() - pre.mean()),
-            "return_mean": float(post.mean()), "return_std": float(post.std()), "returns": post.tolist()}
+    return {
+        "tasks": num_tasks,
+        "episodes": int(batch["post"]["episode_return"].size),
+        "pre_adaptation_return": float(pre.mean()),
+        "post_adaptation_return": float(post.mean()),
+        "adaptation_gain": float(post.mean() - pre.mean()),
+        "return_mean": float(post.mean()),
+        "return_std": float(post.std()),
+        "returns": post.tolist(),
+    }
 
 
 def collect_jit(dist: TaskDistribution, apply_fn: Callable[..., Any], config: Any) -> Callable[..., Any]:

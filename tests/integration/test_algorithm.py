@@ -39,8 +39,6 @@ def test_jax_actors_run_jax_on_the_cpu_whatever_the_job_asks(ray_local):
 
             import jax
 
-            import envs  # noqa: F401  (the import that failed)
-
             return os.environ.get("JAX_PLATFORMS", ""), jax.default_backend()
 
     doomed = ray.remote(Probe).options(num_cpus=0, runtime_env={"env_vars": {"JAX_PLATFORMS": "tpu"}}).remote()
@@ -58,7 +56,10 @@ def test_workers_wanting_more_gpus_than_the_cluster_has_fail_before_any_starts(r
     have = ray.cluster_resources().get("GPU", 0)
     cpus = ray.available_resources().get("CPU", 0)
     want = float(have + 1)
-    with pytest.raises(ConfigError, match=rf"num_workers=2 x num_gpus_per_worker={want} needs {2 * want:g} GPUs but the Ray cluster has {have:g}"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"num_workers=2 x num_gpus_per_worker={want} needs {2 * want:g} GPUs but the Ray cluster has {have:g}",
+    ):
         Algorithm.build("IMPALA", num_workers=2, num_gpus_per_worker=want)
     assert ray.available_resources().get("CPU", 0) == cpus  # no worker holds a CPU
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jaxflow import Algorithm, ConfigError
-from jaxflow.networks import ConvActorCritic, ConvQNetwork
+from jaxflow.networks.conv import ConvActorCritic, ConvQNetwork
 
 TINY = dict(env="ALE/Pong-v5", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=16, seed=0)
 
@@ -35,9 +35,17 @@ def test_impala_trains_on_pong(ray_local, vector_env):
 
 
 def test_apex_replays_rebuilt_frame_stacks_on_pong(ray_local):
-    algo = Algorithm.build("APEX", frame_stack=4, num_replay_shards=1, buffer_size=2_000, learning_starts=64,
-                           train_batch_size=16, replay_batch_size=32, min_env_steps_per_iteration=128,
-                           **dict(TINY, num_workers=1))
+    algo = Algorithm.build(
+        "APEX",
+        frame_stack=4,
+        num_replay_shards=1,
+        buffer_size=2_000,
+        learning_starts=64,
+        train_batch_size=16,
+        replay_batch_size=32,
+        min_env_steps_per_iteration=128,
+        **dict(TINY, num_workers=1),
+    )
     try:
         results = [algo.train() for _ in range(2)]
         stats = algo.replay.stats()[0]

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxflow import Algorithm, checkpoint
+from jaxflow import Algorithm
+from jaxflow.api import checkpoint
 
 SMALL = dict(num_envs_per_worker=4, rollout_fragment_length=32, train_batch_size=256, num_workers=2, seed=3)
 
@@ -19,8 +20,9 @@ SMALL = dict(num_envs_per_worker=4, rollout_fragment_length=32, train_batch_size
 # the learner state and the counters with what the saving process wrote down.
 COMPARE = r"""
 import json, sys, numpy as np, jax
-from jaxflow import checkpoint
-from jaxflow.algorithm import build_learner, get_algorithm
+from jaxflow.api import checkpoint
+from jaxflow.api.ray_program import build_learner
+from jaxflow.api.registry import get_algorithm
 from jaxflow.config import from_json_dict
 path, expected = sys.argv[1], np.load(sys.argv[2])
 meta = checkpoint.load_meta(path)
@@ -45,8 +47,12 @@ def test_restore_in_new_process_is_bit_exact(ray_local, tmp_path):
     finally:
         algo.stop()
     np.savez(tmp_path / "expected.npz", *jax.tree_util.tree_leaves(saved))
-    out = subprocess.run([sys.executable, "-c", COMPARE, path, str(tmp_path / "expected.npz")],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", COMPARE, path, str(tmp_path / "expected.npz")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["mismatched_leaves"] == []
     assert report["counters"] == counters
@@ -55,8 +61,20 @@ def test_restore_in_new_process_is_bit_exact(ray_local, tmp_path):
 
 def test_cli_resume_continues_the_run(ray_local, tmp_path):
     logdir = str(tmp_path / "run")
-    common = [sys.executable, "-m", "jaxflow.cli", "train", "--quiet", "--checkpoint-every", "5"]
-    first = [*common, "--algo", "PPO", "--num-workers", "2", "--seed", "0", "--stop", "training_iteration=25", "--logdir", logdir]
+    common = [sys.executable, "-m", "jaxflow.api.cli", "train", "--quiet", "--checkpoint-every", "5"]
+    first = [
+        *common,
+        "--algo",
+        "PPO",
+        "--num-workers",
+        "2",
+        "--seed",
+        "0",
+        "--stop",
+        "training_iteration=25",
+        "--logdir",
+        logdir,
+    ]
     subprocess.run(first, check=True, capture_output=True)
     subprocess.run([*common, "--resume", logdir, "--stop", "training_iteration=35"], check=True, capture_output=True)
     rows = [json.loads(line) for line in open(os.path.join(logdir, "progress.jsonl"))]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import jaxflow.algorithm
-from jaxflow import cli
+import jaxflow.api.ray_program
+from jaxflow.api import cli
 
 
 @pytest.fixture
@@ -15,7 +15,7 @@ def no_ray(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("Ray was started before the input was validated")
 
-    monkeypatch.setattr(jaxflow.algorithm, "init_ray", refuse)
+    monkeypatch.setattr(jaxflow.api.ray_program, "init_ray", refuse)
 
 
 @pytest.mark.parametrize(
@@ -30,11 +30,20 @@ def no_ray(monkeypatch):
         (["--algo", "ppo", "--set", "on_worker_failure=retry"], "must be one of 'raise', 'ignore', 'restart'"),
         (["--algo", "ppo", "--set", "minibatch_size=4096"], "minibatch_size (4096) must be <= train_batch_size (1024)"),
         (["--algo", "ppo", "--stop", "reward=1"], "--stop takes KEY=NUMBER with KEY one of"),
-        (["--algo", "ppo", "--mode", "device"], "PPOConfig.mode='device' is not possible: 'CartPole-v1' is not a JAX environment"),
+        (
+            ["--algo", "ppo", "--mode", "device"],
+            "PPOConfig.mode='device' is not possible: 'CartPole-v1' is not a JAX environment",
+        ),
         (["--algo", "a3c", "--env", "gymnax/CartPole-v1", "--mode", "device"], "A3C has no device mode"),
         (["--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
-        (["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"], "--sweep takes FIELD=V1,V2,... with numbers"),
-        (["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "num_epochs=1,2"], "'num_epochs' is not a float field"),
+        (
+            ["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"],
+            "--sweep takes FIELD=V1,V2,... with numbers",
+        ),
+        (
+            ["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "num_epochs=1,2"],
+            "'num_epochs' is not a float field",
+        ),
     ],
 )
 def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, message):

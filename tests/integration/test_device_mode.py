@@ -11,8 +11,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxflow import Algorithm, checkpoint, cli
-from jaxflow.run import train
+from jaxflow import Algorithm
+from jaxflow.api import checkpoint, cli
+from jaxflow.api.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = "gymnax/CartPole-v1"
@@ -57,7 +58,9 @@ def test_ppo_runs_on_minatar_breakout():
 
 
 def _jaxflow(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "jaxflow.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxflow.api.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -69,7 +72,9 @@ def test_cli_resume_in_a_fresh_process_is_bit_exact(tmp_path):
     """5 iterations, checkpoint, a new process restores and runs 5 more: parameters, optimizer
     state, environment states and RNG equal those of 10 uninterrupted iterations, bit for bit."""
     logdir = str(tmp_path / "run")
-    first = _jaxflow("train", "--algo", "PPO", "--env", CARTPOLE, *SMALL, "--stop", "training_iteration=5", "--logdir", logdir)
+    first = _jaxflow(
+        "train", "--algo", "PPO", "--env", CARTPOLE, *SMALL, "--stop", "training_iteration=5", "--logdir", logdir
+    )
     assert "mode device (auto): 1 agent in one compiled function" in first.stdout
     second = _jaxflow("train", "--resume", logdir, "--stop", "training_iteration=10", "--quiet")
     assert "resuming PPO" in second.stdout and "iteration 10" in second.stdout
@@ -81,6 +86,9 @@ def test_cli_resume_in_a_fresh_process_is_bit_exact(tmp_path):
     leaves = jax.tree_util.tree_leaves_with_path(algo.program.get_state())
     for (path, a), b in zip(leaves, jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
-    assert checkpoint.load_meta(checkpoint.latest(logdir))["context"]["counters"]["env_steps_sampled"] == expected["env_steps_sampled"]
+    assert (
+        checkpoint.load_meta(checkpoint.latest(logdir))["context"]["counters"]["env_steps_sampled"]
+        == expected["env_steps_sampled"]
+    )
 
     assert cli.main(["evaluate", "--checkpoint", logdir, "--episodes", "2"]) == 0

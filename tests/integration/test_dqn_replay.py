@@ -11,12 +11,19 @@ import optax
 import pytest
 import ray
 
-import envs
-from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, from_items
-from jaxflow.iterators import NOT_READY
+from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, envs, from_items
+from jaxflow.dataflow.iterators import NOT_READY
 
-SMALL = dict(env="CartPole-v1", num_workers=1, num_envs_per_worker=4, rollout_fragment_length=16,
-             learning_starts=200, buffer_size=20_000, min_env_steps_per_iteration=512, seed=5)
+SMALL = dict(
+    env="CartPole-v1",
+    num_workers=1,
+    num_envs_per_worker=4,
+    rollout_fragment_length=16,
+    learning_starts=200,
+    buffer_size=20_000,
+    min_env_steps_per_iteration=512,
+    seed=5,
+)
 
 
 def test_replay_is_checkpointed_with_the_learner_and_resumed(ray_local, tmp_path):
@@ -74,9 +81,18 @@ def test_killed_replay_shard_raises_by_default(ray_local):
 
 
 def test_apex_runs_its_three_subflows(ray_local):
-    algo = Algorithm.build("APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, learning_starts=200,
-                           train_batch_size=64, replay_batch_size=128, min_env_steps_per_iteration=2_000,
-                           max_weight_sync_delay=100, seed=1)
+    algo = Algorithm.build(
+        "APEX",
+        env="CartPole-v1",
+        num_workers=2,
+        num_replay_shards=2,
+        learning_starts=200,
+        train_batch_size=64,
+        replay_batch_size=128,
+        min_env_steps_per_iteration=2_000,
+        max_weight_sync_delay=100,
+        seed=1,
+    )
     try:
         results = [algo.train() for _ in range(3)]
         stats = algo.replay.stats()

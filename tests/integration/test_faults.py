@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from jaxflow import Algorithm, WorkerCrashedError, WorkerError
@@ -12,8 +14,11 @@ SMALL = dict(num_envs_per_worker=2, rollout_fragment_length=16, train_batch_size
 
 def crashing(mode: str, **kw) -> Algorithm:
     return Algorithm.build(
-        "A2C", env="jaxflow/CrashAtStep-v0", env_config={"crash_at_step": 40, "crash_worker": 1, **kw},
-        on_worker_failure=mode, **SMALL,
+        "A2C",
+        env="test/CrashAtStep-v0",
+        env_config={"crash_at_step": 40, "crash_worker": 1, **kw},
+        on_worker_failure=mode,
+        **SMALL,
     )
 
 
@@ -37,7 +42,7 @@ def test_ignore_continues_with_remaining_workers(ray_local):
     assert last["num_healthy_workers"] == 1
     assert last["num_worker_restarts"] == 0
     # After the crash only worker 0 samples: 2 envs x 16 steps per round.
-    per_iter = [b["env_steps_sampled"] - a["env_steps_sampled"] for a, b in zip(results, results[1:])]
+    per_iter = [b["env_steps_sampled"] - a["env_steps_sampled"] for a, b in itertools.pairwise(results)]
     assert per_iter[-1] == 64  # ConcatBatches(64) now needs two rounds of 32 from the survivor
     assert last["env_steps_trained"] == last["env_steps_sampled"]
 
@@ -45,9 +50,12 @@ def test_ignore_continues_with_remaining_workers(ray_local):
 @pytest.mark.parametrize("mode", ["exit", "hang"])
 def test_restart_recreates_and_finishes_healthy(ray_local, mode):
     algo = Algorithm.build(
-        "A2C", env="jaxflow/CrashAtStep-v0",
+        "A2C",
+        env="test/CrashAtStep-v0",
         env_config={"crash_at_step": 40, "crash_worker": 1, "mode": mode},
-        on_worker_failure="restart", worker_timeout_s=5.0, **SMALL,
+        on_worker_failure="restart",
+        worker_timeout_s=5.0,
+        **SMALL,
     )
     try:
         results = [algo.train() for _ in range(12)]
@@ -61,7 +69,7 @@ def test_restart_recreates_and_finishes_healthy(ray_local, mode):
 
 
 def test_error_inside_worker_names_env_and_space(ray_local):
-    algo = Algorithm.build("A2C", env="jaxflow/WrongObservationShape-v0", **SMALL)
+    algo = Algorithm.build("A2C", env="test/WrongObservationShape-v0", **SMALL)
     try:
         with pytest.raises(WorkerError, match=r"WrongObservationShape-v0.*shape \(3,\)"):
             algo.train()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import jax
-import jaxflow.algorithm
 import numpy as np
 import pytest
 
-from jaxflow import Algorithm, MultiAgentConfig, cli
+import jaxflow.api.ray_program
+from jaxflow import Algorithm
+from jaxflow.algorithms.multiagent import MultiAgentConfig
+from jaxflow.api import cli
 
 COORDINATION, RPS = "multiagent/Coordination-v0", "multiagent/RockPaperScissors-v0"
 
@@ -20,8 +22,14 @@ def test_agents_mapped_to_one_policy_share_its_learner_and_batch():
     column per (agent, env), agent_1's columns are agent_1's observations (the one-hot of
     agent_0's previous action), and every env step counts once per agent."""
     T, B = 12, 3
-    config = MultiAgentConfig(env=RPS, policies={"shared": {"algorithm": "PPO"}}, mapping={"agent_0": "shared", "agent_1": "shared"},
-                              num_workers=0, num_envs_per_worker=B, rollout_fragment_length=T)
+    config = MultiAgentConfig(
+        env=RPS,
+        policies={"shared": {"algorithm": "PPO"}},
+        mapping={"agent_0": "shared", "agent_1": "shared"},
+        num_workers=0,
+        num_envs_per_worker=B,
+        rollout_fragment_length=T,
+    )
     algo = Algorithm(config)
     try:
         assert list(algo.program.policies) == ["shared"]
@@ -42,10 +50,15 @@ def test_agents_mapped_to_one_policy_share_its_learner_and_batch():
 
 PPO_AND_DQN = dict(
     env=COORDINATION,
-    policies={"ppo": {"algorithm": "PPO", "config": {"train_batch_size": 512, "minibatch_size": 128}},
-              "dqn": {"algorithm": "DQN", "config": {"learning_starts": 500}}},
+    policies={
+        "ppo": {"algorithm": "PPO", "config": {"train_batch_size": 512, "minibatch_size": 128}},
+        "dqn": {"algorithm": "DQN", "config": {"learning_starts": 500}},
+    },
     mapping={"agent_0": "ppo", "agent_1": "dqn"},
-    num_workers=2, num_envs_per_worker=8, rollout_fragment_length=16, seed=0,
+    num_workers=2,
+    num_envs_per_worker=8,
+    rollout_fragment_length=16,
+    seed=0,
 )
 
 
@@ -93,14 +106,20 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
         (dict(mapping={"agent_0": "ppo"}), "no policy for agents ['agent_1']"),
         (dict(mapping={"agent_0": "ppo", "agent_1": "sac"}), "names undefined policies ['sac']"),
         (dict(policies={"ppo": {"algorithm": "A3C"}, "dqn": {"algorithm": "DQN"}}), "A3C cannot train a policy"),
-        (dict(policies={"ppo": {"algorithm": "PPO", "config": {"num_workers": 4}}, "dqn": {"algorithm": "DQN"}}),
-         "sets ['num_workers'], which the run's workers share"),
-        (dict(policies={"ppo": {"algorithm": "PPO", "config": {"clip": 0.1}}, "dqn": {"algorithm": "DQN"}}),
-         "PPOConfig has no field 'clip'. Did you mean ['vf_clip', 'clip_eps']"),
+        (
+            dict(policies={"ppo": {"algorithm": "PPO", "config": {"num_workers": 4}}, "dqn": {"algorithm": "DQN"}}),
+            "sets ['num_workers'], which the run's workers share",
+        ),
+        (
+            dict(policies={"ppo": {"algorithm": "PPO", "config": {"clip": 0.1}}, "dqn": {"algorithm": "DQN"}}),
+            "PPOConfig has no field 'clip'. Did you mean ['vf_clip', 'clip_eps']",
+        ),
     ],
 )
 def test_bad_multiagent_configs_fail_before_any_actor_starts(monkeypatch, tmp_path, capsys, change, message):
-    monkeypatch.setattr(jaxflow.algorithm, "init_ray", lambda *a, **k: pytest.fail("Ray started before validation"))
+    monkeypatch.setattr(
+        jaxflow.api.ray_program, "init_ray", lambda *a, **k: pytest.fail("Ray started before validation")
+    )
     path = tmp_path / "ma.json"
     path.write_text(json.dumps(dict(PPO_AND_DQN, **change)))
     assert cli.main(["train", "--multiagent", str(path)]) == 2
@@ -116,7 +135,12 @@ def test_cli_trains_a_multiagent_config(ray_local, tmp_path, capsys):
     path = tmp_path / "ma.json"
     path.write_text(json.dumps(dict(PPO_AND_DQN, num_workers=1)))
     logdir = tmp_path / "run"
-    assert cli.main(["train", "--multiagent", str(path), "--stop", "training_iteration=2", "--logdir", str(logdir), "--quiet"]) == 0
+    assert (
+        cli.main(
+            ["train", "--multiagent", str(path), "--stop", "training_iteration=2", "--logdir", str(logdir), "--quiet"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "MULTIAGENT on multiagent/Coordination-v0, mode ray (1 rollout workers)" in out and "iteration 2" in out
     progress = [json.loads(line) for line in (logdir / "progress.jsonl").read_text().splitlines()]

@@ -6,21 +6,17 @@ import numpy as np
 import pytest
 import ray
 
-from jaxflow.iterators import from_items
-from jaxflow.operators import (
+from jaxflow.dataflow.iterators import from_items
+from jaxflow.ops.replay_ops import (
     REPLAY_ITEMS_DROPPED,
     REPLAY_ITEMS_STORED,
     ParallelReplay,
     StoreToReplay,
     UpdatePriorities,
 )
-from jaxflow.replay_shards import (
-    ReplayBatch,
-    ReplayShard,
-    ReplayShardError,
-    ReplayShards,
-)
-from jaxflow.workers import SampleBatch
+from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError
+from jaxflow.replay.shards import ReplayShards
+from jaxflow.rollout.batch import SampleBatch
 
 ALPHA = 0.6
 
@@ -98,7 +94,9 @@ def test_update_priorities_land_on_the_right_shard_and_item(make_shards):
         return 0.5 + ids.astype(np.float64)
 
     # UpdatePriorities reads |td_error| + epsilon from the learner's metrics.
-    updates = from_items([(b, {"td_error": -new_priority(b.data["id"])}) for b in batches]).for_each(UpdatePriorities(shards, epsilon=0.0))
+    updates = from_items([(b, {"td_error": -new_priority(b.data["id"])}) for b in batches]).for_each(
+        UpdatePriorities(shards, epsilon=0.0)
+    )
     assert len(updates.take(12)) == 12
 
     states = [s["buffer"] for s in ray.get([a.get_state.remote() for a in shards.actors])]

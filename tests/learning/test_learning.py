@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jaxflow import Algorithm
-from jaxflow.run import train
+from jaxflow.api.loop import train
 
 pytestmark = pytest.mark.learning
 
@@ -62,7 +62,9 @@ def test_apex_greedy_policy_reaches_400_within_500k_steps(ray_local):
     the learner thread runs next to the actors on this machine. The run is asynchronous, so its
     step count varies: 41k-200k in most runs here, but one fresh-clone CI run had only reached
     261 by 300k, hence a 500k budget."""
-    algo = Algorithm.build("APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, samples_per_insert=4.0, seed=0)
+    algo = Algorithm.build(
+        "APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, samples_per_insert=4.0, seed=0
+    )
     try:
         best, next_eval = 0.0, 20_000
         while algo.last_result is None or algo.last_result["env_steps_sampled"] < 500_000:

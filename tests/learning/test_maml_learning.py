@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from algorithms.maml import MAMLProgram, evaluate_adaptation, inner_loss, pg_batch, rollout_episodes
 from jaxflow import Algorithm
-from jaxflow.learner import make_optimizer
-from jaxflow.run import train
+from jaxflow.algorithms.maml import MAMLProgram, evaluate_adaptation, inner_loss, pg_batch, rollout_episodes
+from jaxflow.api.loop import train
+from jaxflow.learn.sgd import make_optimizer
 
 pytestmark = pytest.mark.learning
 
@@ -46,7 +46,9 @@ def joint_pretrain(program: MAMLProgram, env_steps: int, seed: int) -> tuple[obj
         tasks = dist.sample_tasks(k_tasks, num_tasks)
 
         def sample(task, key):
-            return pg_batch(rollout_episodes(dist.env, task, apply_fn, params, key, episodes, dist.horizon), config.gamma)
+            return pg_batch(
+                rollout_episodes(dist.env, task, apply_fn, params, key, episodes, dist.horizon), config.gamma
+            )
 
         batch = jax.vmap(sample)(tasks, jax.random.split(k_episodes, num_tasks))
         grads = jax.grad(lambda p: jnp.mean(jax.vmap(lambda b: inner_loss(p, b, apply_fn))(batch)))(params)
@@ -56,7 +58,9 @@ def joint_pretrain(program: MAMLProgram, env_steps: int, seed: int) -> tuple[obj
     key = jax.random.PRNGKey(seed)
     params = program.network.init(key, jnp.zeros((1,) + dist.obs_shape))
     run = jax.jit(lambda carry, keys: jax.lax.scan(iteration, carry, keys))
-    (params, _), returns = run((params, optimizer.init(params)), jax.random.split(jax.random.fold_in(key, 2), iterations))
+    (params, _), returns = run(
+        (params, optimizer.init(params)), jax.random.split(jax.random.fold_in(key, 2), iterations)
+    )
     return params, float(returns[-1])
 
 
@@ -75,10 +79,14 @@ def test_meta_trained_policy_adapts_best():
     meta = evaluate_adaptation(program.collect, program.get_weights(), held_out, HELD_OUT_TASKS)
     rand = evaluate_adaptation(program.collect, random_params, held_out, HELD_OUT_TASKS)
     joint = evaluate_adaptation(program.collect, joint_params, held_out, HELD_OUT_TASKS)
-    summary = {name: {k: round(e[k], 2) for k in ("pre_adaptation_return", "post_adaptation_return", "adaptation_gain")}
-               for name, e in (("meta", meta), ("random", rand), ("joint", joint))}
-    print(f"MAML {t_meta:.1f}s for {result['env_steps_sampled']} env steps, total {time.monotonic() - t0:.1f}s; "
-          f"joint pretraining's last return {joint_return:.2f}; held-out: {summary}")
+    summary = {
+        name: {k: round(e[k], 2) for k in ("pre_adaptation_return", "post_adaptation_return", "adaptation_gain")}
+        for name, e in (("meta", meta), ("random", rand), ("joint", joint))
+    }
+    print(
+        f"MAML {t_meta:.1f}s for {result['env_steps_sampled']} env steps, total {time.monotonic() - t0:.1f}s; "
+        f"joint pretraining's last return {joint_return:.2f}; held-out: {summary}"
+    )
     assert result["env_steps_sampled"] == BUDGET
     assert meta["adaptation_gain"] > rand["adaptation_gain"] + 2.0
     assert meta["adaptation_gain"] > joint["adaptation_gain"] + 2.0

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import algorithms.ppo
-import envs
-from algorithms import PPOConfig
-from jaxflow import Algorithm, ConfigError, DeviceProgram, get_algorithm
-from jaxflow.anakin import EnvCarry, rollout, sample_action
-from jaxflow.networks import MLPActorCritic
+import jaxflow.algorithms.ppo
+from jaxflow import Algorithm, ConfigError, DeviceProgram, envs, get_algorithm
+from jaxflow.algorithms import PPOConfig
+from jaxflow.networks.mlp import MLPActorCritic
+from jaxflow.ondevice.rollout import EnvCarry, rollout
+from jaxflow.ondevice.spec import sample_action
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = "gymnax/CartPole-v1"
@@ -50,7 +50,9 @@ def test_rollout_bootstraps_time_limits_and_records_episodes(T):
     obs, state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.PRNGKey(1), B), env_params)
     carry = EnvCarry(state, obs, jnp.zeros(B), jnp.zeros(B, jnp.int32))
     config = PPOConfig(env=CARTPOLE)
-    run = jax.jit(lambda c, k: rollout(env, env_params, net.apply, sample_action, config, params, c, k, jnp.float32(0), T))
+    run = jax.jit(
+        lambda c, k: rollout(env, env_params, net.apply, sample_action, config, params, c, k, jnp.float32(0), T)
+    )
     carry, traj, (returns, lengths) = run(carry, jax.random.PRNGKey(2))
     truncated = (np.arange(T) % 5 == 4)[:, None].repeat(B, axis=1)
     np.testing.assert_allclose(np.asarray(traj["rewards"]), np.where(truncated, 1 + 0.99 * 2.0, 1.0), rtol=1e-6)
@@ -68,12 +70,12 @@ def test_device_mode_trains_with_the_algorithms_own_loss():
     """The device program runs the very loss Ray mode's learner gets: the registered spec's
     function, traced with the run's config (not a copy of it)."""
     spec = get_algorithm("PPO")
-    assert spec.loss is algorithms.ppo.loss
+    assert spec.loss is jaxflow.algorithms.ppo.loss
     calls = []
 
     def recording_loss(params, batch, rng, *, apply_fn, config):
         calls.append(config)
-        return algorithms.ppo.loss(params, batch, rng, apply_fn=apply_fn, config=config)
+        return jaxflow.algorithms.ppo.loss(params, batch, rng, apply_fn=apply_fn, config=config)
 
     config = PPOConfig(env=CARTPOLE, num_envs=4, rollout_fragment_length=16, minibatch_size=32, iterations_per_call=1)
     program = DeviceProgram(config, dataclasses.replace(spec, loss=recording_loss))
@@ -81,13 +83,15 @@ def test_device_mode_trains_with_the_algorithms_own_loss():
     assert calls and all(c.clip_eps == config.clip_eps for c in calls)
     assert np.isfinite(out["loss"]).all()
     algo = Algorithm.build("PPO", env=CARTPOLE, num_envs=4, minibatch_size=32, iterations_per_call=1)
-    assert algo.mode == "device" and algo.program.loss is algorithms.ppo.loss
+    assert algo.mode == "device" and algo.program.loss is jaxflow.algorithms.ppo.loss
 
 
 def test_no_recompilation_after_the_first_iteration():
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration" else None
+        lambda event, duration, **kw: (
+            compiles.append(event) if event == "/jax/core/compile/backend_compile_duration" else None
+        )
     )
     algo = Algorithm.build("PPO", env=CARTPOLE, num_envs=8, iterations_per_call=2)
     algo.train()
@@ -166,8 +170,14 @@ def test_four_devices_match_one_device(tmp_path):
     outs = {}
     for n in (1, 4):
         env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
-        proc = subprocess.run([sys.executable, "-c", FOUR_DEVICES, str(tmp_path / f"{n}.npz")], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", FOUR_DEVICES, str(tmp_path / f"{n}.npz")],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         info = json.loads(proc.stdout.strip().splitlines()[-1])
         assert info["devices"] == n

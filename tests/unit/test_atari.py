@@ -8,8 +8,8 @@ import gymnasium
 import numpy as np
 import pytest
 
-import envs
-from envs.atari import AtariConfig, AtariConfigError, make_atari
+from jaxflow import envs
+from jaxflow.envs.atari import AtariConfig, AtariConfigError, make_atari
 
 pytest.importorskip("ale_py")
 
@@ -185,8 +185,11 @@ def test_ale_vector_env_backend_reports_unclipped_game_scores():
     """ale-py's vector env behind our VectorEnv interface: episodes end per life, rewards are
     clipped, and pop_episodes reports whole-game raw scores (SpaceInvaders pays >= 5 a hit)."""
     venv = envs.ALEVectorEnv(
-        "ALE/SpaceInvaders-v5", num_envs=1, seed=0,
-        env_config={"clip_rewards": True, "terminal_on_life_loss": True}, num_threads=1,
+        "ALE/SpaceInvaders-v5",
+        num_envs=1,
+        seed=0,
+        env_config={"clip_rewards": True, "terminal_on_life_loss": True},
+        num_threads=1,
     )
     assert venv.observation_space.shape == (4, 84, 84) and venv.action_space.n == 6
     obs = venv.reset()
@@ -201,7 +204,7 @@ def test_ale_vector_env_backend_reports_unclipped_game_scores():
             np.testing.assert_array_equal(step.final_obs, step.obs)
         terminations += int(step.terminated.sum())
         clipped_game += float(step.reward.sum())
-        scores, lengths = venv.pop_episodes()
+        scores, _ = venv.pop_episodes()
         if len(scores):
             games.append((float(scores[0]), clipped_game))
             clipped_game = 0.0

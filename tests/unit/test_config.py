@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from algorithms.a2c import A2CConfig
-from algorithms.ppo import PPOConfig
-from jaxflow.config import ConfigError, from_json_dict, to_json_dict, with_overrides
+from jaxflow.algorithms.a2c import A2CConfig
+from jaxflow.algorithms.ppo import PPOConfig
+from jaxflow.config.fields import ConfigError, from_json_dict, to_json_dict, with_overrides
 
 
 def test_defaults_are_valid():
@@ -118,7 +118,9 @@ def test_wrong_python_type_on_construction_names_the_field():
     "cfg",
     [
         PPOConfig(),
-        PPOConfig(lr=3e-4, hidden_sizes=(32, 16, 8), env_config={"a": 1, "b": [1, 2]}, vf_clip=0.5, on_worker_failure="ignore"),
+        PPOConfig(
+            lr=3e-4, hidden_sizes=(32, 16, 8), env_config={"a": 1, "b": [1, 2]}, vf_clip=0.5, on_worker_failure="ignore"
+        ),
         A2CConfig(num_workers=0, gamma=0.9),
     ],
 )

@@ -15,14 +15,14 @@ import optax
 import pytest
 
 from jaxflow import Learner, SampleBatch, TrainOneStep, from_items, from_iterator
-from jaxflow.device import DeviceBatch, ToDevice, ToDeviceError
+from jaxflow.learn.to_device import DeviceBatch, ToDevice, ToDeviceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FOUR_DEVICES = r"""
 import json, numpy as np, optax
 from jaxflow import Learner, from_items
-from jaxflow.device import ToDevice
+from jaxflow.learn.to_device import ToDevice
 learner = Learner(lambda p, b, r: ((p["w"] * b["x"]).sum(), {}), optax.sgd(0.1), {"w": np.float32(1.0)})
 items = [{"x": np.arange(16, dtype=np.float32) + 100 * i, "y": np.full((16, 3), i, np.int32)} for i in range(6)]
 report = {}
@@ -39,7 +39,9 @@ print(json.dumps(report))
 
 def test_contents_order_and_sharding_on_four_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", FOUR_DEVICES], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", FOUR_DEVICES], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     for num_stack in ("1", "3"):

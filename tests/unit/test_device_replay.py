@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxflow import device_replay
+from jaxflow.replay import on_device as device_replay
 
 
 def _filled(n: int, capacity: int, priorities: np.ndarray, alpha: float = 1.0) -> device_replay.DeviceReplayState:
@@ -19,7 +19,9 @@ def _filled(n: int, capacity: int, priorities: np.ndarray, alpha: float = 1.0) -
 
 def test_add_writes_a_ring_and_overwrites_the_oldest():
     state = _filled(5, 8, np.ones(5))
-    state = device_replay.add(state, {"x": jnp.full((5, 2), -1.0), "a": jnp.full((5,), 99, jnp.int32)}, jnp.full((5,), 2.0), 1.0)
+    state = device_replay.add(
+        state, {"x": jnp.full((5, 2), -1.0), "a": jnp.full((5,), 99, jnp.int32)}, jnp.full((5,), 2.0), 1.0
+    )
     assert int(state.size) == 8 and int(state.position) == 2
     np.testing.assert_array_equal(np.asarray(state.data["a"]), [99, 99, 2, 3, 4, 99, 99, 99])
     np.testing.assert_allclose(np.asarray(state.priorities), [2, 2, 1, 1, 1, 2, 2, 2])

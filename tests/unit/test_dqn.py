@@ -5,10 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.apex import ApexConfig, worker_epsilon
-from algorithms.dqn import DQNConfig, epsilon, epsilon_greedy, loss, n_step_targets, postprocess, td_errors
 from jaxflow import ConfigError
-from jaxflow.networks import MLPQNetwork
+from jaxflow.algorithms.apex import ApexConfig, worker_epsilon
+from jaxflow.algorithms.dqn import DQNConfig, epsilon, epsilon_greedy, loss, n_step_targets, postprocess, td_errors
+from jaxflow.networks.mlp import MLPQNetwork
 
 
 def numpy_n_step(r, d, n):
@@ -58,8 +58,12 @@ def test_double_q_td_errors_against_numpy():
     rows = np.arange(N)
     double = r + d * q_t_value[rows, q_t_selector.argmax(1)] - q_tm1[rows, a]
     single = r + d * q_t_value.max(1) - q_tm1[rows, a]
-    np.testing.assert_allclose(np.asarray(td_errors(q_tm1, a, r, d, q_t_value, q_t_selector, True)), double, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(td_errors(q_tm1, a, r, d, q_t_value, q_t_selector, False)), single, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(td_errors(q_tm1, a, r, d, q_t_value, q_t_selector, True)), double, rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        np.asarray(td_errors(q_tm1, a, r, d, q_t_value, q_t_selector, False)), single, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_loss_is_importance_weighted_huber_and_targets_carry_no_gradient():
@@ -69,8 +73,11 @@ def test_loss_is_importance_weighted_huber_and_targets_carry_no_gradient():
     params = net.init(jax.random.PRNGKey(0), obs)
     target = jax.tree_util.tree_map(lambda x: x + 0.1, params)
     batch = dict(
-        obs=obs, next_obs=rng.normal(size=(6, 4)).astype(np.float32), actions=np.array([0, 1, 0, 1, 1, 0], np.int32),
-        rewards=np.array([5.0, -3.0, 0.1, 0.0, 2.0, 0.5], np.float32), discounts=np.full(6, 0.99, np.float32),
+        obs=obs,
+        next_obs=rng.normal(size=(6, 4)).astype(np.float32),
+        actions=np.array([0, 1, 0, 1, 1, 0], np.int32),
+        rewards=np.array([5.0, -3.0, 0.1, 0.0, 2.0, 0.5], np.float32),
+        discounts=np.full(6, 0.99, np.float32),
         weights=np.array([1.0, 0.5, 0.25, 1.0, 0.1, 0.9], np.float32),
     )
     cfg = DQNConfig(env="CartPole-v1", huber_delta=1.0)
@@ -107,17 +114,23 @@ def test_dueling_head_centres_advantages():
     pp = plain.init(jax.random.PRNGKey(0), obs)
     moved = jax.tree_util.tree_map(lambda x: x, pp)
     moved["params"]["Dense_1"]["bias"] = moved["params"]["Dense_1"]["bias"] + 5.0
-    np.testing.assert_allclose(np.asarray(plain.apply(moved, obs)[0]), np.asarray(plain.apply(pp, obs)[0]) + 5.0, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(plain.apply(moved, obs)[0]), np.asarray(plain.apply(pp, obs)[0]) + 5.0, atol=1e-5
+    )
 
 
 def test_postprocess_priorities_hand_checked():
     # T=2, B=1, 2 actions, gamma 0.5, n=1.
     cfg = DQNConfig(env="CartPole-v1", n_step=1, prioritized_replay_eps=0.25)
     traj = dict(
-        obs=np.zeros((2, 1, 3), np.float32), last_obs=np.ones((1, 3), np.float32),
-        actions=np.array([[1], [0]], np.int32), rewards=np.array([[1.0], [2.0]], np.float32),
-        discounts=np.array([[0.5], [0.5]], np.float32), logits=np.array([[[0.0, 3.0]], [[1.0, 4.0]]], np.float32),
-        values=np.array([[3.0], [4.0]], np.float32), bootstrap_value=np.array([10.0], np.float32),
+        obs=np.zeros((2, 1, 3), np.float32),
+        last_obs=np.ones((1, 3), np.float32),
+        actions=np.array([[1], [0]], np.int32),
+        rewards=np.array([[1.0], [2.0]], np.float32),
+        discounts=np.array([[0.5], [0.5]], np.float32),
+        logits=np.array([[[0.0, 3.0]], [[1.0, 4.0]]], np.float32),
+        values=np.array([[3.0], [4.0]], np.float32),
+        bootstrap_value=np.array([10.0], np.float32),
         logp=np.zeros((2, 1), np.float32),
     )
     out = postprocess(traj, cfg)

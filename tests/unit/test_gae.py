@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from algorithms.a2c import gae
+from jaxflow.algorithms.a2c import gae
 
 
 def numpy_gae(r, d, v, bootstrap, lam):

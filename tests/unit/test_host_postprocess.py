@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxflow import get_algorithm
-from jaxflow.workers import HostPostprocess
+from jaxflow.rollout.postprocess import HostPostprocess
 
 T, B, A = 6, 3, 4
 

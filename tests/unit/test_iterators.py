@@ -1,4 +1,4 @@
-"""Semantics of jaxflow.iterators: local operators, union/Concurrently, duplicate's
+"""Semantics of jaxflow.dataflow: local operators, union/Concurrently, duplicate's
 bounded buffering, and the parallel gathers over real Ray actors."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import time
 import pytest
 import ray
 
-from jaxflow.iterators import BackpressureError, Concurrently, from_actors, from_items, from_iterator
+from jaxflow.dataflow.actors import from_actors
+from jaxflow.dataflow.concurrency import Concurrently
+from jaxflow.dataflow.iterators import BackpressureError, from_items, from_iterator
 
 # ray.init starts its daemons with fork+exec; the child runs no JAX code, so
 # JAX's fork warning does not apply.
@@ -106,7 +108,9 @@ def test_star_weight_pulls_until_not_ready():
     # b0 with "*" pulls until its sibling's buffer holds max_buffer=3 items; b1 then
     # takes one, freeing one slot. So b0 stays exactly 3 items ahead of b1.
     b0, b1 = from_items(range(10)).duplicate(2, max_buffer=3)
-    out = list(Concurrently([b0.for_each(lambda x: ("a", x)), b1.for_each(lambda x: ("b", x))], round_robin_weights=["*", 1]))
+    out = list(
+        Concurrently([b0.for_each(lambda x: ("a", x)), b1.for_each(lambda x: ("b", x))], round_robin_weights=["*", 1])
+    )
     expected = [("a", 0), ("a", 1), ("a", 2), ("b", 0)]
     for i in range(3, 10):
         expected += [("a", i), ("b", i - 2)]

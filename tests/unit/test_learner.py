@@ -1,4 +1,4 @@
-"""jaxflow.learner.Learner: one SGD step against a hand-derived gradient, epoch/minibatch
+"""jaxflow.learn.learner.Learner: one SGD step against a hand-derived gradient, epoch/minibatch
 step counts, and data parallelism over several (forced host) devices."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 import optax
 import pytest
 
-from jaxflow.learner import Learner, sgd_update
+from jaxflow.learn.learner import Learner
+from jaxflow.learn.sgd import sgd_update
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -106,7 +107,9 @@ def test_full_batch_epochs_converge_on_least_squares():
     x = rng.normal(size=(64, 3)).astype(np.float32)
     true_w = np.array([1.0, -2.0, 0.5], np.float32)
     y = (x @ true_w + 0.7).astype(np.float32)
-    learner = Learner(mse_loss, optax.sgd(0.1), {"w": np.zeros(3, np.float32), "b": np.zeros((), np.float32)}, num_epochs=200)
+    learner = Learner(
+        mse_loss, optax.sgd(0.1), {"w": np.zeros(3, np.float32), "b": np.zeros((), np.float32)}, num_epochs=200
+    )
     learner.update({"x": x, "y": y})
     w = learner.get_weights()
     np.testing.assert_allclose(w["w"], true_w, atol=1e-3)
@@ -123,7 +126,7 @@ def test_minibatch_larger_than_batch_raises():
 MULTI_DEVICE_SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np, optax
-    from jaxflow.learner import Learner
+    from jaxflow.learn.learner import Learner
 
     assert jax.device_count() == 4, jax.devices()
     rng = np.random.default_rng(0)
@@ -232,7 +235,9 @@ def test_learner_leaves_the_callers_params_alive():
 def conv_loss(params, batch, rng, per_sample=False):
     """A small convolutional regression (optionally with a per-sample metric), for the host loop."""
     del rng
-    h = jax.lax.conv_general_dilated(batch["x"], params["k"], (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    h = jax.lax.conv_general_dilated(
+        batch["x"], params["k"], (2, 2), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
     pred = jnp.tanh(h).reshape(h.shape[0], -1) @ params["w"]
     err = pred - batch["y"]
     return jnp.mean(err**2), {"err": err} if per_sample else {"mean_err": jnp.mean(err)}
@@ -240,7 +245,10 @@ def conv_loss(params, batch, rng, per_sample=False):
 
 def conv_problem(n, seed=0):
     rng = np.random.default_rng(seed)
-    params = {"k": rng.normal(size=(4, 4, 2, 3)).astype(np.float32) / 4, "w": rng.normal(size=(48,)).astype(np.float32) / 5}
+    params = {
+        "k": rng.normal(size=(4, 4, 2, 3)).astype(np.float32) / 4,
+        "w": rng.normal(size=(48,)).astype(np.float32) / 5,
+    }
     batch = {"x": rng.normal(size=(n, 10, 10, 2)).astype(np.float32), "y": rng.normal(size=(n,)).astype(np.float32)}
     return params, batch
 
@@ -250,8 +258,14 @@ def test_convolutional_update_on_cpu_steps_from_the_host_and_equals_the_scanned_
     # The host loop exists only for speed (XLA:CPU's convolution gradient in a loop body):
     # its result must be the compiled scan's, step for step, shuffles included.
     params, batch = conv_problem(n=12)
-    learner = Learner(conv_loss, optax.adam(0.05), jax.tree_util.tree_map(np.copy, params), seed=3,
-                      num_epochs=num_epochs, minibatch_size=4)
+    learner = Learner(
+        conv_loss,
+        optax.adam(0.05),
+        jax.tree_util.tree_map(np.copy, params),
+        seed=3,
+        num_epochs=num_epochs,
+        minibatch_size=4,
+    )
     start = learner.get_state()
     metrics = learner.update(batch)
     assert learner.loop == "host"
@@ -273,7 +287,9 @@ def test_convolutional_update_on_cpu_steps_from_the_host_and_equals_the_scanned_
 def test_per_sample_metrics_of_the_host_loop_come_back_in_batch_order():
     params, batch = conv_problem(n=12, seed=1)
     loss_fn = functools.partial(conv_loss, per_sample=True)
-    learner = Learner(loss_fn, optax.sgd(0.0), jax.tree_util.tree_map(np.copy, params), minibatch_size=4)  # lr 0: errors of the start params
+    learner = Learner(
+        loss_fn, optax.sgd(0.0), jax.tree_util.tree_map(np.copy, params), minibatch_size=4
+    )  # lr 0: errors of the start params
     metrics = learner.update(batch)
     assert learner.loop == "host"
     _, aux = loss_fn(params, batch, None)

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms import a2c, ppo
-from algorithms.a2c import A2CConfig
-from algorithms.ppo import PPOConfig
+from jaxflow.algorithms import a2c, ppo
+from jaxflow.algorithms.a2c import A2CConfig
+from jaxflow.algorithms.ppo import PPOConfig
 
 N, D, A = 32, 3, 4
 

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from algorithms.maml import (
+from jaxflow import Algorithm, ConfigError
+from jaxflow.algorithms.maml import (
     MAMLConfig,
     adapt,
     inner_loss,
@@ -21,20 +22,26 @@ from algorithms.maml import (
     reward_to_go,
     rollout_episodes,
 )
-from envs.tasks import PointParams, list_task_distributions, make_task_distribution
-from jaxflow import Algorithm, ConfigError
-from jaxflow.networks import MLPActorCritic
+from jaxflow.envs.tasks import PointParams, list_task_distributions, make_task_distribution
+from jaxflow.networks.mlp import MLPActorCritic
 
 POINT = "tasks/PointNavigation-v0"
 CARTPOLE = "tasks/CartPoleLengths-v0"
 TINY = dict(meta_batch_size=2, episodes_per_task=2, hidden_sizes=(8,), iterations_per_call=1, seed=3)
 
 
-def _tiny_problem(key: jax.Array, dtype: jnp.dtype = jnp.float32, num_tasks: int = 2, T: int = 3, B: int = 2,
-                  obs_dim: int = 2, A: int = 3):
+def _tiny_problem(
+    key: jax.Array,
+    dtype: jnp.dtype = jnp.float32,
+    num_tasks: int = 2,
+    T: int = 3,
+    B: int = 2,
+    obs_dim: int = 2,
+    A: int = 3,
+):
     """A one-layer policy and fixed random pre/post batches ``[N, T, B]``."""
     net = MLPActorCritic(A, hidden_sizes=(4,))
-    k_init, k_obs, k_act, k_adv = jax.random.split(key, 4)
+    k_init, k_obs, _, k_adv = jax.random.split(key, 4)
     params = jax.tree.map(lambda x: x.astype(dtype), net.init(k_init, jnp.zeros((1, obs_dim))))
     # Policy logits large enough that the inner step moves the policy noticeably.
     params["params"]["Dense_1"]["kernel"] = params["params"]["Dense_1"]["kernel"] * 100.0
@@ -42,9 +49,12 @@ def _tiny_problem(key: jax.Array, dtype: jnp.dtype = jnp.float32, num_tasks: int
     def batch(k):
         ko, ka, kd = jax.random.split(k, 3)
         mask = jnp.ones((num_tasks, T, B)).at[:, -1, 0].set(0.0)  # one episode ended a step early
-        return dict(obs=jax.random.normal(ko, (num_tasks, T, B, obs_dim), dtype),
-                    actions=jax.random.randint(ka, (num_tasks, T, B), 0, A),
-                    advantages=jax.random.normal(kd, (num_tasks, T, B), dtype) * mask, mask=mask)
+        return dict(
+            obs=jax.random.normal(ko, (num_tasks, T, B, obs_dim), dtype),
+            actions=jax.random.randint(ka, (num_tasks, T, B), 0, A),
+            advantages=jax.random.normal(kd, (num_tasks, T, B), dtype) * mask,
+            mask=mask,
+        )
 
     return net, params, batch(k_obs), batch(k_adv)
 
@@ -58,14 +68,18 @@ def test_meta_gradient_matches_central_finite_differences():
         grad = jax.jit(jax.grad(f))(params)
         flat, unravel = jax.flatten_util.ravel_pytree(params)
         eps = 1e-6
-        fd = np.array([(f(unravel(flat.at[i].add(eps))) - f(unravel(flat.at[i].add(-eps)))) / (2 * eps)
-                       for i in range(flat.size)])
+        fd = np.array(
+            [(f(unravel(flat.at[i].add(eps))) - f(unravel(flat.at[i].add(-eps)))) / (2 * eps) for i in range(flat.size)]
+        )
         analytic = np.asarray(jax.flatten_util.ravel_pytree(grad)[0])
         assert np.abs(analytic).max() > 1e-2
         np.testing.assert_allclose(analytic, fd, atol=1e-3 * np.abs(fd).max(), rtol=1e-3)
         # The inner step's second-order term matters here: first-order MAML differs.
-        first_order = jax.jit(jax.vmap(lambda b_pre, b_post: jax.grad(inner_loss)(
-            adapt(params, b_pre, 0.5, net.apply, 2), b_post, net.apply)))(pre, post)
+        first_order = jax.jit(
+            jax.vmap(
+                lambda b_pre, b_post: jax.grad(inner_loss)(adapt(params, b_pre, 0.5, net.apply, 2), b_post, net.apply)
+            )
+        )(pre, post)
         fo = np.asarray(jax.flatten_util.ravel_pytree(jax.tree.map(lambda g: g.mean(0), first_order))[0])
         assert np.abs(fo - analytic).max() > 1e-2 * np.abs(analytic).max()
 
@@ -93,7 +107,7 @@ def test_inner_loss_and_advantages_by_hand():
     g = reward_to_go(r, mask, 0.5)
     np.testing.assert_allclose(g, [[1.75, 1.5], [1.5, 1.0], [1.0, 0.0]])
     raw = np.array([[0.25, -0.25], [0.5, -0.5], [1.0, 0.0]])  # G - the other episode's G (none left at t=2)
-    np.testing.assert_allclose(pg_advantages(r, mask, 0.5), raw / np.sqrt((raw ** 2).sum() / 5), rtol=1e-5)
+    np.testing.assert_allclose(pg_advantages(r, mask, 0.5), raw / np.sqrt((raw**2).sum() / 5), rtol=1e-5)
     # -mean(mask * log pi(a|s) * A): uniform logits give log(1/3) everywhere.
     net = MLPActorCritic(3, hidden_sizes=(4,))
     params = jax.tree.map(jnp.zeros_like, net.init(jax.random.PRNGKey(0), jnp.zeros((1, 2))))
@@ -174,17 +188,20 @@ def test_unknown_task_distribution_names_the_closest():
 # --- config ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fields, match", [
-    (dict(env="CartPole-v1"), r"MAMLConfig\.env must be a task distribution.*PointNavigation-v0"),
-    (dict(env_config={"goal_radius": 1.0}), r"MAMLConfig\.env_config"),
-    (dict(env_config={"goal_range": -1.0}), r"MAMLConfig\.env_config"),
-    (dict(episodes_per_task=1), r"episodes_per_task must be >= 2"),
-    (dict(inner_lr=0.0), r"MAMLConfig\.inner_lr"),
-    (dict(inner_steps=0), r"MAMLConfig\.inner_steps"),
-    (dict(num_seeds=2), r"one agent"),
-    (dict(mode="ray", meta_batch_size=5, num_workers=2), r"multiple of num_workers"),
-    (dict(mode="ray", num_workers=0), r"multiple of num_workers"),
-])
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        (dict(env="CartPole-v1"), r"MAMLConfig\.env must be a task distribution.*PointNavigation-v0"),
+        (dict(env_config={"goal_radius": 1.0}), r"MAMLConfig\.env_config"),
+        (dict(env_config={"goal_range": -1.0}), r"MAMLConfig\.env_config"),
+        (dict(episodes_per_task=1), r"episodes_per_task must be >= 2"),
+        (dict(inner_lr=0.0), r"MAMLConfig\.inner_lr"),
+        (dict(inner_steps=0), r"MAMLConfig\.inner_steps"),
+        (dict(num_seeds=2), r"one agent"),
+        (dict(mode="ray", meta_batch_size=5, num_workers=2), r"multiple of num_workers"),
+        (dict(mode="ray", num_workers=0), r"multiple of num_workers"),
+    ],
+)
 def test_config_validation(fields, match):
     with pytest.raises(ConfigError, match=match):
         MAMLConfig(**fields)
@@ -199,8 +216,17 @@ def test_config_defaults_are_valid():
 # --- end to end -----------------------------------------------------------------------------
 
 
-STANDARD_KEYS = {"training_iteration", "env_steps_sampled", "env_steps_trained", "episode_return_mean",
-                 "env_steps_per_s", "time_s", "num_updates", "learner", "maml"}
+STANDARD_KEYS = {
+    "training_iteration",
+    "env_steps_sampled",
+    "env_steps_trained",
+    "episode_return_mean",
+    "env_steps_per_s",
+    "time_s",
+    "num_updates",
+    "learner",
+    "maml",
+}
 
 
 def _check_result(result: dict, iteration: int, steps_per_iteration: int) -> None:

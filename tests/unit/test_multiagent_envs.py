@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import ClassVar
 
 import gymnasium
 import numpy as np
@@ -12,8 +13,8 @@ import pytest
 from pettingzoo import ParallelEnv
 from pettingzoo.test import parallel_api_test
 
-import envs
-from envs import (
+from jaxflow import envs
+from jaxflow.envs import (
     CoordinationGame,
     EnvContext,
     EnvKindError,
@@ -264,7 +265,7 @@ def test_vector_env_rejects_missing_agents_and_wrong_batch_size():
 class _Misbehaving(ParallelEnv):
     """A user env registered through the adapter path; ``fault`` picks how it breaks the adapter's rules."""
 
-    metadata = {"name": "misbehaving_v0"}
+    metadata: ClassVar[dict] = {"name": "misbehaving_v0"}
 
     def __init__(self, fault: str = "none"):
         self.possible_agents = ["red", "blue"]

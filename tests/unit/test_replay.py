@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxflow import replay
-from jaxflow.replay import PrioritizedReplayBuffer, SumTree
+from jaxflow.replay import buffer as replay
+from jaxflow.replay.buffer import PrioritizedReplayBuffer
+from jaxflow.replay.sum_tree import SumTree
 
 
 def known_priorities(n=1000, num_zero=50, seed=0):

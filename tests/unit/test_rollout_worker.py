@@ -11,17 +11,24 @@ import jax
 import numpy as np
 import pytest
 
-import envs
-from jaxflow import RolloutWorker, WorkerSpec, get_algorithm
-from jaxflow.workers import SampleAhead, concat_batches
-from jaxflow.algorithm import build_learner
+from jaxflow import RolloutWorker, WorkerSpec, envs, get_algorithm
+from jaxflow.api.ray_program import build_learner
+from jaxflow.rollout.batch import concat_batches
+from jaxflow.rollout.sample_ahead import SampleAhead
 
 
 @pytest.mark.parametrize("sample_async", [False, True])
 def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(env="CartPole-v1", env_config={"max_episode_steps": 5}, num_workers=1,
-                             num_envs_per_worker=3, rollout_fragment_length=12, seed=7, sample_async=sample_async)
+    config = spec.config_cls(
+        env="CartPole-v1",
+        env_config={"max_episode_steps": 5},
+        num_workers=1,
+        num_envs_per_worker=3,
+        rollout_fragment_length=12,
+        seed=7,
+        sample_async=sample_async,
+    )
     network, learner = build_learner(config, spec)
     params = learner.get_weights()
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
@@ -35,7 +42,9 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
         logits, values = network.apply(params, d["obs"].reshape(36, 4))
         np.testing.assert_allclose(d["logits"], np.asarray(logits).reshape(12, 3, 2), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(d["values"], np.asarray(values).reshape(12, 3), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(d["bootstrap_value"], np.asarray(network.apply(params, d["last_obs"])[1]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            d["bootstrap_value"], np.asarray(network.apply(params, d["last_obs"])[1]), rtol=1e-5, atol=1e-6
+        )
         truncations = 0
         for t in range(12):
             step = replay.step(d["actions"][t])
@@ -46,7 +55,9 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
                 v_final = np.asarray(network.apply(params, step.final_obs)[1])
                 expected = expected + config.gamma * cut * v_final
             np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-6)
-            np.testing.assert_array_equal(d["discounts"][t], np.float32(config.gamma) * ~(step.terminated | step.truncated))
+            np.testing.assert_array_equal(
+                d["discounts"][t], np.float32(config.gamma) * ~(step.terminated | step.truncated)
+            )
             next_obs = d["obs"][t + 1] if t < 11 else d["last_obs"]
             np.testing.assert_array_equal(step.obs, next_obs)
         assert truncations >= 6  # two time limits per copy per fragment: the bootstrap is exercised
@@ -58,8 +69,14 @@ def test_sample_timing_splits_the_workers_time_between_env_and_policy():
     # Every step of every copy sleeps 5 ms: the env's share is known from below, and the
     # rest of the fragment (a small MLP's forward passes, bookkeeping) is far cheaper.
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(env="jaxflow/SlowStep-v0", env_config={"step_s": 0.005}, num_workers=1,
-                             num_envs_per_worker=2, rollout_fragment_length=10, seed=0)
+    config = spec.config_cls(
+        env="test/SlowStep-v0",
+        env_config={"step_s": 0.005},
+        num_workers=1,
+        num_envs_per_worker=2,
+        rollout_fragment_length=10,
+        seed=0,
+    )
     network, learner = build_learner(config, spec)
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
     worker.set_weights(learner.get_weights(), 0)
@@ -80,9 +97,17 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
     # with the action taken on it and the step that followed, env by env, as one vector of
     # all the envs (the groups' envs are seeded as its envs are) replays them.
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(env="ALE/Pong-v5", vector_env="ale", env_config={"max_num_frames_per_episode": 40},
-                             num_workers=1, num_envs_per_worker=2, num_env_groups=groups, num_cpus_per_worker=1,
-                             rollout_fragment_length=20, seed=3)
+    config = spec.config_cls(
+        env="ALE/Pong-v5",
+        vector_env="ale",
+        env_config={"max_num_frames_per_episode": 40},
+        num_workers=1,
+        num_envs_per_worker=2,
+        num_env_groups=groups,
+        num_cpus_per_worker=1,
+        rollout_fragment_length=20,
+        seed=3,
+    )
     network, learner = build_learner(config, spec)
     params = learner.get_weights()
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
@@ -149,8 +174,9 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
     # that, the next fragment is still one acted with the old ones, and it must say so;
     # every fragment's logits are those of the weights of the version it reports.
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(env="CartPole-v1", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=8,
-                             seed=1, sample_async=True)
+    config = spec.config_cls(
+        env="CartPole-v1", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=8, seed=1, sample_async=True
+    )
     network, learner = build_learner(config, spec)
     old = learner.get_weights()
     new = jax.tree.map(lambda x: x + 0.05, old)
@@ -174,12 +200,17 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
 
 def test_an_env_error_in_the_sampler_thread_reaches_the_caller():
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(env="jaxflow/WrongObservationShape-v0", num_workers=1, num_envs_per_worker=2,
-                             rollout_fragment_length=4, sample_async=True)
+    config = spec.config_cls(
+        env="test/WrongObservationShape-v0",
+        num_workers=1,
+        num_envs_per_worker=2,
+        rollout_fragment_length=4,
+        sample_async=True,
+    )
     network, learner = build_learner(config, spec)
     worker = RolloutWorker(WorkerSpec(config, network), index=0)
     worker.set_weights(learner.get_weights(), 0)
     for _ in range(2):
-        with pytest.raises(envs.EnvSpaceError, match="jaxflow/WrongObservationShape-v0"):
+        with pytest.raises(envs.EnvSpaceError, match="test/WrongObservationShape-v0"):
             worker.sample()
     worker.close()

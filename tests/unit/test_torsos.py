@@ -7,14 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxflow.networks import (
-    ConvActorCritic,
-    ConvQNetwork,
-    ImpalaResNet,
-    NatureCNN,
-    cpu_matmul_conv,
-    forward_packed,
-)
+from jaxflow.networks.build import forward_packed
+from jaxflow.networks.conv import ConvActorCritic, ConvQNetwork, ImpalaResNet, NatureCNN, cpu_matmul_conv
 
 A = 6
 
@@ -63,9 +57,7 @@ def test_impala_resnet_parameter_count(obs):
 def test_torso_scales_uint8_by_1_over_255(obs):
     net = NatureCNN()
     params = net.init(jax.random.PRNGKey(0), obs)
-    np.testing.assert_allclose(
-        net.apply(params, obs), net.apply(params, obs.astype(np.float32)), rtol=1e-6, atol=1e-6
-    )
+    np.testing.assert_allclose(net.apply(params, obs), net.apply(params, obs.astype(np.float32)), rtol=1e-6, atol=1e-6)
     # Channel layout: frames are channels, so permuting the frames changes the output.
     assert not np.allclose(net.apply(params, obs), net.apply(params, obs[:, ::-1]))
 
@@ -129,7 +121,10 @@ def test_cpu_matmul_conv_equals_xla_convolution_with_gradients(x_shape, k_shape,
 
     def run(conv):
         nonlocal g_out
-        fn = lambda x, k: conv(x, k, strides, padding, dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, k.shape, DN))
+
+        def fn(x, k):
+            return conv(x, k, strides, padding, dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, k.shape, DN))
+
         y, vjp = jax.vjp(jax.jit(fn), x, k)
         g_out = rng.normal(size=y.shape).astype(np.float32) if g_out is None else g_out
         return (y, *vjp(jnp.asarray(g_out)))
@@ -144,12 +139,21 @@ def test_cpu_matmul_conv_equals_xla_convolution_with_gradients(x_shape, k_shape,
 def test_cpu_matmul_conv_keeps_xla_convolution_for_dilation_groups_and_other_layouts():
     x = jnp.asarray(np.random.default_rng(2).normal(size=(2, 12, 12, 4)), jnp.float32)
     cases = [
-        (jnp.ones((3, 3, 4, 6)), dict(rhs_dilation=(2, 2), dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, (3, 3, 4, 6), DN))),
-        (jnp.ones((3, 3, 2, 6)), dict(feature_group_count=2, dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, (3, 3, 2, 6), DN))),
+        (
+            jnp.ones((3, 3, 4, 6)),
+            dict(rhs_dilation=(2, 2), dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, (3, 3, 4, 6), DN)),
+        ),
+        (
+            jnp.ones((3, 3, 2, 6)),
+            dict(feature_group_count=2, dimension_numbers=jax.lax.conv_dimension_numbers(x.shape, (3, 3, 2, 6), DN)),
+        ),
         (jnp.ones((6, 12, 3, 3)), dict()),  # lax's default NCHW / OIHW layout
     ]
     for k, kwargs in cases:
-        fn = lambda x, k, conv: conv(x, k, (1, 1), "VALID", **kwargs)
+
+        def fn(x, k, conv, kwargs=kwargs):
+            return conv(x, k, (1, 1), "VALID", **kwargs)
+
         assert "stablehlo.convolution" in jax.jit(fn, static_argnums=2).lower(x, k, cpu_matmul_conv).as_text()
         np.testing.assert_allclose(fn(x, k, cpu_matmul_conv), fn(x, k, jax.lax.conv_general_dilated), rtol=1e-6)
 
@@ -169,4 +173,6 @@ def test_nature_cnn_is_matrix_products_on_the_cpu_with_xla_convolution_results(o
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     # The default ImpalaResNet keeps XLA's convolution (matrix products measured slower for it).
     resnet = ConvActorCritic(A, "impala")
-    assert "stablehlo.convolution" in jax.jit(resnet.apply).lower(resnet.init(jax.random.PRNGKey(0), obs), obs).as_text()
+    assert (
+        "stablehlo.convolution" in jax.jit(resnet.apply).lower(resnet.init(jax.random.PRNGKey(0), obs), obs).as_text()
+    )

@@ -1,4 +1,4 @@
-"""jaxflow.transitions: fragments packed as deduplicated ring rows decode bit for bit, through
+"""jaxflow.replay.transitions: fragments packed as deduplicated ring rows decode bit for bit, through
 a real PrioritizedReplayBuffer, real gymnasium frame stacks, ring wrap-around and overwrites."""
 
 from __future__ import annotations
@@ -7,14 +7,10 @@ import gymnasium
 import numpy as np
 import pytest
 
-from jaxflow.replay import PrioritizedReplayBuffer, ReplayRows
-from jaxflow.transitions import (
-    decode_rows,
-    encode_fragment,
-    encode_stacks,
-    rows_to_invalidate,
-)
-from jaxflow.workers import SampleBatch, concat_batches
+from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
+from jaxflow.replay.stacks import encode_stacks
+from jaxflow.replay.transitions import decode_rows, encode_fragment, rows_to_invalidate
+from jaxflow.rollout.batch import SampleBatch, concat_batches
 
 ATARI_FRAME_BYTES = 84 * 84
 
@@ -99,7 +95,9 @@ class Reference:
         num_steps, num_envs = actions.shape
         ids = self.next_id + np.arange(num_steps * num_envs).reshape(num_steps, num_envs)
         self.next_id += ids.size
-        offsets = np.minimum(rng.integers(1, max_n + 1, (num_steps, num_envs)), num_steps - np.arange(num_steps)[:, None])
+        offsets = np.minimum(
+            rng.integers(1, max_n + 1, (num_steps, num_envs)), num_steps - np.arange(num_steps)[:, None]
+        )
         discounts = np.where(rng.random((num_steps, num_envs)) < 0.2, 0.0, 0.99**offsets).astype(np.float32)
         priorities = rng.uniform(0.1, 2.0, (num_steps, num_envs))
         t = np.arange(num_steps)[:, None] + np.zeros(num_envs, np.int64)
@@ -338,8 +336,13 @@ def encode_one_env(stacks):
     num_steps = len(stacks) - 1
     zeros = np.zeros((num_steps, 1))
     return encode_fragment(
-        obs, zeros.astype(np.int32), zeros.astype(np.float32), zeros.astype(np.float32),
-        np.ones((num_steps, 1), np.int64), np.ones((num_steps, 1)), frame_stack=4,
+        obs,
+        zeros.astype(np.int32),
+        zeros.astype(np.float32),
+        zeros.astype(np.float32),
+        np.ones((num_steps, 1), np.int64),
+        np.ones((num_steps, 1)),
+        frame_stack=4,
     )
 
 
@@ -390,12 +393,22 @@ def test_row_layout_bytes():
     obs = np.zeros((5, 2, 4), np.float32)
     zeros = np.zeros((4, 2))
     rows, priorities = encode_fragment(
-        obs, zeros.astype(np.int64), zeros.astype(np.float32), zeros.astype(np.float32),
-        np.ones((4, 2), np.int64), np.ones((4, 2)),
+        obs,
+        zeros.astype(np.int64),
+        zeros.astype(np.float32),
+        zeros.astype(np.float32),
+        np.ones((4, 2), np.int64),
+        np.ones((4, 2)),
     )
     # 10 rows of 16 (frame) + 2 (next) + 8 (action) + 4 + 4 bytes, for 8 transitions.
     assert len(priorities) == 10 and np.count_nonzero(priorities) == 8
-    assert {k: v[0].nbytes for k, v in rows.items()} == {"frame": 16, "next": 2, "actions": 8, "rewards": 4, "discounts": 4}
+    assert {k: v[0].nbytes for k, v in rows.items()} == {
+        "frame": 16,
+        "next": 2,
+        "actions": 8,
+        "rewards": 4,
+        "discounts": 4,
+    }
 
 
 def valid_fragment(num_steps=4, num_envs=2, frame_stack=4):
@@ -465,7 +478,9 @@ def test_encode_stacks_hand_checked_shift_repeat_and_zero_padded_resets():
     # env 0: a shift, gymnasium's reset [f, f, f, f] (its newest frame, position 5, four times), shifts.
     np.testing.assert_array_equal(index[:, 0], [[0, 1, 2, 3], [1, 2, 3, 4], [5, 5, 5, 5], [5, 5, 5, 6], [5, 5, 6, 7]])
     # env 1: ale-py's zero-padded reset at t=2; its first zero frame matches the one shifted in.
-    np.testing.assert_array_equal(index[:, 1], [[0, 1, 2, 3], [1, 2, 3, 4], [2, -1, -1, 5], [-1, -1, 5, 6], [-1, 5, 6, 7]])
+    np.testing.assert_array_equal(
+        index[:, 1], [[0, 1, 2, 3], [1, 2, 3, 4], [2, -1, -1, 5], [-1, -1, 5, 6], [-1, 5, 6, 7]]
+    )
     np.testing.assert_array_equal(rebuilt(got_frames, index), stacks)
 
 
@@ -482,7 +497,7 @@ def test_encode_stacks_refuses_stacks_it_cannot_rebuild_and_bad_shapes():
 
 @pytest.mark.parametrize("vector_env", ["python", "ale"])
 def test_encode_stacks_round_trips_real_atari_fragments_with_resets(vector_env):
-    import envs as jaxflow_envs
+    from jaxflow import envs as jaxflow_envs
 
     num_envs, T = 3, 32
     # 60 agent steps per episode (240 frames), so a fragment crosses about one reset per env.

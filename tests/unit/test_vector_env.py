@@ -6,7 +6,7 @@ import gymnasium
 import numpy as np
 import pytest
 
-import envs
+from jaxflow import envs
 
 
 class Ticker(gymnasium.Env):
@@ -37,7 +37,13 @@ class Ticker(gymnasium.Env):
     def step(self, action):
         self.t += 1
         end = self.t >= self.length
-        return self._obs(), float(self.t + action), end and self.ends_by == "terminated", end and self.ends_by == "truncated", {}
+        return (
+            self._obs(),
+            float(self.t + action),
+            end and self.ends_by == "terminated",
+            end and self.ends_by == "truncated",
+            {},
+        )
 
 
 envs.register("test/Ticker-v0", Ticker, "deterministic counter env for unit tests")
@@ -139,13 +145,13 @@ def test_action_outside_space_raises_naming_env_and_space(bad):
 
 
 def test_wrong_observation_shape_raises_on_first_step():
-    venv = envs.VectorEnv("jaxflow/WrongObservationShape-v0", num_envs=2, seed=0)
+    venv = envs.VectorEnv("test/WrongObservationShape-v0", num_envs=2, seed=0)
     obs = venv.reset()  # reset observations are fine
     assert obs.shape == (2, 4)
     with pytest.raises(envs.EnvSpaceError) as err:
         venv.step(np.zeros(2, np.int64))
     msg = str(err.value)
-    assert "jaxflow/WrongObservationShape-v0" in msg
+    assert "test/WrongObservationShape-v0" in msg
     assert "(3,)" in msg and "(4,)" in msg
 
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import rlax
 
-from algorithms.appo import APPOConfig
-from algorithms.appo import loss as appo_loss
-from algorithms.impala import IMPALAConfig, batch_major, encode, loss, vtrace
-from jaxflow.networks import MLPActorCritic
-from jaxflow.workers import SampleBatch, concat_batches
+from jaxflow.algorithms.appo import APPOConfig
+from jaxflow.algorithms.appo import loss as appo_loss
+from jaxflow.algorithms.impala import IMPALAConfig, batch_major, encode, loss, vtrace
+from jaxflow.networks.mlp import MLPActorCritic
+from jaxflow.rollout.batch import SampleBatch, concat_batches
 
 
 def numpy_vtrace(v_tm1, v_t, r_t, discount_t, rho_tm1, lam=1.0, clip_rho=1.0, clip_pg_rho=1.0):
@@ -72,7 +72,9 @@ def test_off_policy_vtrace_matches_numpy_recursion_and_rlax(lam, clip_rho, clip_
     np.testing.assert_allclose(np.asarray(vs), ref_vs, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(adv), ref_adv, rtol=1e-5, atol=1e-5)
     for b in range(B):  # rlax itself, one sequence at a time
-        out = rlax.vtrace_td_error_and_advantage(v[:-1, b], v[1:, b], r[:, b], d[:, b], rho[:, b], lam, clip_rho, clip_pg_rho)
+        out = rlax.vtrace_td_error_and_advantage(
+            v[:-1, b], v[1:, b], r[:, b], d[:, b], rho[:, b], lam, clip_rho, clip_pg_rho
+        )
         np.testing.assert_allclose(np.asarray(vs)[:, b], np.asarray(out.errors) + v[:-1, b], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(np.asarray(adv)[:, b], np.asarray(out.pg_advantage), rtol=1e-5, atol=1e-6)
 
@@ -80,9 +82,12 @@ def test_off_policy_vtrace_matches_numpy_recursion_and_rlax(lam, clip_rho, clip_
 def _fragments(T=6, B=3, seed=0):
     rng = np.random.default_rng(seed)
     data = dict(
-        obs=rng.normal(size=(T, B, 4)).astype(np.float32), actions=rng.integers(2, size=(T, B)).astype(np.int32),
-        logp=np.log(np.full((T, B), 0.5, np.float32)), rewards=np.ones((T, B), np.float32),
-        discounts=np.full((T, B), 0.99, np.float32), last_obs=rng.normal(size=(B, 4)).astype(np.float32),
+        obs=rng.normal(size=(T, B, 4)).astype(np.float32),
+        actions=rng.integers(2, size=(T, B)).astype(np.int32),
+        logp=np.log(np.full((T, B), 0.5, np.float32)),
+        rewards=np.ones((T, B), np.float32),
+        discounts=np.full((T, B), 0.99, np.float32),
+        last_obs=rng.normal(size=(B, 4)).astype(np.float32),
     )
     return SampleBatch(data, T * B, np.zeros(0), np.zeros(0), 0)
 
@@ -109,7 +114,9 @@ def test_losses_on_policy_reduce_to_actor_critic_with_bootstrapped_returns(algo)
     logp = jax.nn.log_softmax(logits)[jnp.arange(T * B), batch.data["actions"].reshape(-1)]
     data = dict(batch.data, logp=np.asarray(logp).reshape(T, B))
     host = batch_major(data)
-    config, fn = (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
+    config, fn = (
+        (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
+    )
     _, metrics = fn(params, host, None, apply_fn=net.apply, config=config)
     _, v = net.apply(params, np.concatenate([data["obs"], data["last_obs"][None]]).reshape((T + 1) * B, 4))
     v = np.asarray(v).reshape(T + 1, B)
@@ -137,11 +144,16 @@ def test_frames_sent_once_give_the_same_loss_and_gradients_as_whole_stacks(algo)
     stacks[:, 0] = seq[np.where(t >= 3, np.maximum(frame_t, 3 + k - 1), frame_t), 0]
     stacks[:, 1] = np.where(((t >= 2) & (frame_t < 2 + k - 1))[..., None, None], 0, seq[frame_t, 1])
     data = dict(
-        obs=stacks[:-1], last_obs=stacks[-1], actions=rng.integers(0, 3, (T, B)).astype(np.int32),
-        logp=np.log(rng.uniform(0.2, 0.5, (T, B))).astype(np.float32), rewards=rng.normal(size=(T, B)).astype(np.float32),
+        obs=stacks[:-1],
+        last_obs=stacks[-1],
+        actions=rng.integers(0, 3, (T, B)).astype(np.int32),
+        logp=np.log(rng.uniform(0.2, 0.5, (T, B))).astype(np.float32),
+        rewards=rng.normal(size=(T, B)).astype(np.float32),
         discounts=np.float32(0.99) * (rng.uniform(size=(T, B)) > 0.2),
     )
-    config, fn = (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
+    config, fn = (
+        (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
+    )
     encoded = encode(data, config)
     assert set(encoded) == set(data) - {"obs", "last_obs"} | {"frames", "stack_index"}
     assert encoded["frames"].shape == (T + k, B, 3, 3) and (encoded["stack_index"] == -1).any()

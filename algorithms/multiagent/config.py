@@ -1,0 +1,136 @@
+"""A multi-agent run's config: the environment, the policies and which agent each controls."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from jaxflow import envs
+from jaxflow.api.registry import get_algorithm, multiagent_algorithms
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, ConfigError, load_config_file, param, require, validate
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiAgentConfig:
+    """A multi-agent run: the environment, the policies and which agent each one controls.
+
+    Loaded from JSON with :func:`load_multiagent_config` (``jaxflow train --multiagent FILE``)::
+
+        {"env": "multiagent/Coordination-v0",
+         "policies": {"ppo": {"algorithm": "PPO", "config": {"lr": 0.001}},
+                      "dqn": {"algorithm": "DQN"}},
+         "mapping": {"agent_0": "ppo", "agent_1": "dqn"}}
+    """
+
+    policies: dict = param(None, factory=dict)
+    """Policy id -> {"algorithm": name, "config": {field: value}}; the fields override the
+    algorithm's defaults (worker-level fields below are shared and cannot be set per policy)."""
+    mapping: dict = param(None, factory=dict)
+    """Agent id -> policy id, for every agent of the environment."""
+    env: str = "multiagent/Coordination-v0"
+    """A multi-agent environment id (see `jaxflow list`)."""
+    env_config: dict = param(None, factory=dict)
+    """Keyword arguments for the environment's constructor."""
+    num_workers: int = param(2, NON_NEGATIVE)
+    """Ray rollout worker actors; 0 samples in the driver process."""
+    num_envs_per_worker: int = param(8, POSITIVE)
+    """Environments each worker steps in lockstep."""
+    rollout_fragment_length: int = param(32, POSITIVE)
+    """Time steps T per fragment."""
+    seed: int = param(0, NON_NEGATIVE)
+    """Seeds every policy's parameters and every environment copy."""
+    on_worker_failure: Literal["raise", "ignore", "restart"] = "raise"
+    """What a dead rollout worker does to the run."""
+    worker_timeout_s: float = param(120.0, POSITIVE)
+    """A worker silent for this long is treated as dead."""
+    num_cpus_per_worker: float = param(1.0, NON_NEGATIVE)
+    """CPUs Ray reserves for each rollout worker."""
+    num_gpus_per_worker: float = param(0.0, NON_NEGATIVE)
+    """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
+    policies act on that GPU."""
+    metrics_num_episodes: int = param(100, POSITIVE)
+    """Episode statistics average this many most recent episodes."""
+    min_env_steps_per_iteration: int = param(4096, NON_NEGATIVE)
+    """A training iteration lasts at least this many sampled env steps."""
+    mode: Literal["ray"] = "ray"
+    """Multi-agent runs use Ray rollout workers."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        require(bool(self.policies), "MultiAgentConfig.policies must name at least one policy.")
+        for pid, entry in self.policies.items():
+            require(
+                isinstance(entry, Mapping) and "algorithm" in entry and set(entry) <= {"algorithm", "config"},
+                f'MultiAgentConfig.policies[{pid!r}] must be {{"algorithm": NAME, "config": {{...}}}}, got {entry!r}.',
+            )
+            self.policy_config(pid)  # validates the policy's fields now, before anything starts
+        unknown = sorted(set(self.mapping.values()) - set(self.policies))
+        require(
+            not unknown,
+            f"MultiAgentConfig.mapping names undefined policies {unknown}; defined: {sorted(self.policies)}.",
+        )
+        probe = envs.make_multiagent(self.env, **self.env_config)
+        agents = list(probe.possible_agents)
+        probe.close()
+        unmapped, strangers = [a for a in agents if a not in self.mapping], sorted(set(self.mapping) - set(agents))
+        require(not unmapped, f"MultiAgentConfig.mapping has no policy for agents {unmapped} of {self.env!r}.")
+        require(
+            not strangers,
+            f"MultiAgentConfig.mapping names {strangers}, which {self.env!r} does not have; its agents: {agents}.",
+        )
+        idle = sorted(set(self.policies) - set(self.mapping.values()))
+        require(not idle, f"MultiAgentConfig.policies {idle} control no agent; map an agent to each or remove them.")
+
+    def policy_spec(self, pid: str) -> Any:
+        spec = get_algorithm(self.policies[pid]["algorithm"])
+        require(
+            spec.flow is not None,
+            f"MultiAgentConfig.policies[{pid!r}]: {spec.name} cannot train a policy of a "
+            f"multi-agent run (algorithms that can: {', '.join(multiagent_algorithms())}).",
+        )
+        return spec
+
+    def policy_config(self, pid: str) -> Any:
+        """The policy's algorithm config: its own fields over the algorithm's defaults, and the
+        run's worker-level fields."""
+        spec = self.policy_spec(pid)
+        own = dict(self.policies[pid].get("config", {}))
+        shared = {f: getattr(self, f) for f in WORKER_FIELDS}
+        clash = sorted(set(own) & set(shared))
+        require(
+            not clash,
+            f"MultiAgentConfig.policies[{pid!r}].config sets {clash}, which the run's workers share; "
+            "set them at the top level of the multi-agent config.",
+        )
+        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
+        bad = sorted(set(own) - fields)
+        if bad:
+            close = difflib.get_close_matches(bad[0], sorted(fields), n=3)
+            raise ConfigError(
+                f"MultiAgentConfig.policies[{pid!r}].config: {spec.config_cls.__name__} has no field "
+                f"{bad[0]!r}.{f' Did you mean {close}?' if close else ''}"
+            )
+        return spec.config_cls(**dict(own, **shared))
+
+
+WORKER_FIELDS = (
+    "env",
+    "env_config",
+    "num_workers",
+    "num_envs_per_worker",
+    "rollout_fragment_length",
+    "seed",
+    "on_worker_failure",
+    "worker_timeout_s",
+    "num_cpus_per_worker",
+    "num_gpus_per_worker",
+    "metrics_num_episodes",
+)
+"""Fields every policy of a multi-agent run shares with its rollout workers."""
+
+
+def load_multiagent_config(path: str) -> MultiAgentConfig:
+    """Reads a multi-agent config from a JSON file (see :class:`MultiAgentConfig`)."""
+    return load_config_file(MultiAgentConfig, path)

@@ -1,0 +1,162 @@
+"""A multi-agent run as a program: one learner (and replay) per policy, one set of workers."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxflow import envs
+from jaxflow.algorithms.multiagent.config import MultiAgentConfig
+from jaxflow.api.ray_program import build_learner, check_spaces, init_ray
+from jaxflow.config.fields import require
+from jaxflow.networks.build import greedy_action
+from jaxflow.ops.multiagent_ops import Policy, PolicyWorkers
+from jaxflow.rollout.multiagent import MultiAgentRolloutWorker, MultiAgentWorkerSpec
+from jaxflow.rollout.worker import WorkerSpec
+from jaxflow.rollout.worker_set import WorkerSet
+
+log = logging.getLogger(__name__)
+
+
+class ReplaySet:
+    """The replay shards of every replay policy, saved and loaded together, each under its
+    own sub-directory of the checkpoint."""
+
+    def __init__(self, replays: Mapping[str, Any]):
+        self.replays = dict(replays)
+
+    def save(self, directory: str) -> None:
+        for pid, r in self.replays.items():
+            os.makedirs(os.path.join(directory, f"replay_{pid}"), exist_ok=True)
+            r.save(os.path.join(directory, f"replay_{pid}"))
+
+    def saved_at(self, directory: str) -> None:
+        for pid, r in self.replays.items():
+            r.saved_at(os.path.join(directory, f"replay_{pid}"))
+
+    def load(self, directory: str) -> None:
+        for pid, r in self.replays.items():
+            r.load(os.path.join(directory, f"replay_{pid}"))
+
+    def stop(self) -> None:
+        for r in self.replays.values():
+            r.stop()
+
+
+class MultiAgentProgram:
+    """A multi-agent run, built by :class:`~jaxflow.api.algorithm.Algorithm` through the
+    ``program`` hook: one learner (and replay, for replay algorithms) per policy, one set of
+    rollout workers for all of them, and the registered multi-agent plan over them."""
+
+    def __init__(self, config: MultiAgentConfig, spec: Any, mode: str):
+        probe = envs.make_multiagent(config.env, **config.env_config)
+        agents = list(probe.possible_agents)
+        self.config, self.spec = config, spec
+        learners, worker_specs, replays, steps = {}, {}, {}, {}
+        self.network: dict[str, Any] = {}
+        pspecs = {pid: config.policy_spec(pid) for pid in config.policies}
+        pconfigs = {pid: config.policy_config(pid) for pid in config.policies}
+        for pid in config.policies:
+            pspec, pconfig = pspecs[pid], pconfigs[pid]
+            own = [a for a in agents if config.mapping[a] == pid]
+            spaces = [(probe.observation_space(a), probe.action_space(a)) for a in own]
+            require(
+                all(s == spaces[0] for s in spaces),
+                f"MultiAgentConfig: the agents of policy {pid!r} ({own}) have different spaces.",
+            )
+            self.network[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(config.env, *spaces[0]))
+            worker_specs[pid] = WorkerSpec(
+                pconfig, self.network[pid], pspec.postprocess, None, pspec.encode, pspec.explore
+            )
+            steps[pid] = (
+                max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length * len(own)
+            )
+        probe.close()
+        init_ray()
+        for pid, pspec in pspecs.items():
+            if pspec.replay is not None:
+                replays[pid] = pspec.replay(pconfigs[pid])
+        self.workers = WorkerSet(
+            MultiAgentWorkerSpec(config, worker_specs, dict(config.mapping)),
+            {pid: lr.get_weights() for pid, lr in learners.items()},
+            {pid: lr.version for pid, lr in learners.items()},
+            worker_cls=MultiAgentRolloutWorker,
+        )
+        self.policies = {
+            pid: Policy(
+                pid,
+                pspecs[pid],
+                pconfigs[pid],
+                learners[pid],
+                PolicyWorkers(self.workers, pid),
+                replays.get(pid),
+                steps[pid],
+            )
+            for pid in config.policies
+        }
+        self.replay = ReplaySet(replays) if replays else None
+        self.files = self.replay
+        self._results = spec.plan(self.workers, self.policies, config)
+
+    def results(self) -> Any:
+        return self._results
+
+    def get_state(self) -> dict[str, Any]:
+        """Every policy's learner state, by policy id."""
+        return {pid: p.learner.get_state() for pid, p in self.policies.items()}
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        for pid, p in self.policies.items():
+            p.learner.set_state(state[pid])
+        self.workers.sync_weights(self.get_weights(), {pid: p.learner.version for pid, p in self.policies.items()})
+
+    def get_weights(self, member: int = 0) -> dict[str, Any]:
+        return {pid: p.learner.get_weights() for pid, p in self.policies.items()}
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
+        """Every policy acting greedily for its agents in ``episodes`` episodes: the mean and
+        standard deviation of the episode return (summed over agents), and each policy's mean
+        return per agent."""
+        seed = self.config.seed + 7_777_777 if seed is None else seed
+        env = envs.MultiAgentVectorEnv(self.config.env, 1, seed, self.config.env_config)
+        act = {pid: jax.jit(functools.partial(greedy_action, net.apply)) for pid, net in self.network.items()}
+        weights = self.get_weights()
+        obs = env.reset()
+        returns: list[np.ndarray] = []
+        while len(returns) < episodes:
+            actions = {a: np.asarray(act[pid](weights[pid], obs[a])) for a, pid in self.config.mapping.items()}
+            obs = env.step(actions).obs
+            ended = env.pop_episodes()
+            if len(ended[env.agents[0]][0]):
+                returns.append(np.stack([ended[a][0] for a in env.agents]))  # [agents, episodes ended]
+        env.close()
+        per_agent = np.concatenate(returns, axis=1)[:, :episodes]
+        team = per_agent.sum(axis=0)
+        by_policy = {
+            pid: float(np.mean([per_agent[i] for i, a in enumerate(env.agents) if self.config.mapping[a] == pid]))
+            for pid in self.policies
+        }
+        return {
+            "episodes": episodes,
+            "return_mean": float(team.mean()),
+            "return_std": float(team.std()),
+            "returns": team.tolist(),
+            "policies": by_policy,
+        }
+
+    def stop(self) -> None:
+        """Stops the plan, every policy's learner thread, the workers and the replay shards."""
+        self._results.stop()
+        for p in self.policies.values():
+            p.learner.stop()
+        self.workers.stop()
+        if self.replay is not None:
+            self.replay.stop()
+        if not self._results.join():
+            log.warning("some of the plan's background threads did not end within 30 s")

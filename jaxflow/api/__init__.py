@@ -1,0 +1,60 @@
+"""The user-facing API: Algorithm, the spec and registry, the training loop, checkpoints
+and the command line."""
+
+from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
+from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, restore_state, save
+from jaxflow.api.cli import MODES, main
+from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
+from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program
+from jaxflow.api.ray_program import JOIN_TIMEOUT_S, RayProgram, build_learner, check_spaces, env_spaces, init_ray
+from jaxflow.api.registry import (
+    ENTRY_POINT_GROUP,
+    device_algorithms,
+    get_algorithm,
+    list_algorithms,
+    multiagent_algorithms,
+    register_algorithm,
+    spec_of,
+)
+from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FORMAT_VERSION",
+    "JOIN_TIMEOUT_S",
+    "MODES",
+    "STOP_KEYS",
+    "Algorithm",
+    "AlgorithmSpec",
+    "CheckpointError",
+    "CheckpointFiles",
+    "ConsoleProgress",
+    "JsonLinesWriter",
+    "Program",
+    "RayProgram",
+    "TensorBoardWriter",
+    "build_learner",
+    "build_program",
+    "check_spaces",
+    "device_algorithms",
+    "env_spaces",
+    "find_checkpoint",
+    "get_algorithm",
+    "init_ray",
+    "latest",
+    "list_algorithms",
+    "load_meta",
+    "load_policy",
+    "main",
+    "multiagent_algorithms",
+    "parse_stop",
+    "register_algorithm",
+    "resolve_mode",
+    "restore_state",
+    "save",
+    "should_stop",
+    "spec_of",
+    "standard_program",
+    "train",
+]

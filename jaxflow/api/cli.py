@@ -1,0 +1,217 @@
+"""``jaxflow`` command line: train, evaluate, list."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from jaxflow.config.fields import ConfigError, from_json_dict, load_config_file, parse_value, with_overrides
+
+MODES = ("auto", "ray", "device")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jaxflow", description="Accelerator-first reinforcement learning.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train an algorithm (or resume a run)")
+    t.add_argument("--algo", help="algorithm name, case-insensitive (see `jaxflow list`)")
+    t.add_argument("--env", help="environment id (see `jaxflow list`)")
+    t.add_argument("--num-workers", type=int, help="Ray rollout workers (0: sample in this process)")
+    t.add_argument("--seed", type=int)
+    t.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="stop at the first condition met; repeatable (training_iteration, env_steps_sampled, "
+        "episode_return_mean, time_s)",
+    )
+    t.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="override a config field; repeatable"
+    )
+    t.add_argument("--logdir", help="where progress, TensorBoard events and checkpoints go")
+    t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
+    t.add_argument(
+        "--checkpoint-every", type=int, default=10, help="iterations between checkpoints (0: at the end only)"
+    )
+    t.add_argument(
+        "--mode",
+        choices=MODES,
+        help="Ray rollout workers, or rollout + update compiled on the device "
+        "(gymnax envs); default auto: device for gymnax/<id> envs where the algorithm has it",
+    )
+    t.add_argument("--num-seeds", type=int, help="device mode: train this many seeds at once (vmapped)")
+    t.add_argument(
+        "--sweep",
+        metavar="FIELD=V1,V2,...",
+        help="device mode: train one agent per value of a numeric config field, all at once",
+    )
+    t.add_argument(
+        "--multiagent",
+        metavar="FILE",
+        help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON",
+    )
+    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
+    t.add_argument("--quiet", action="store_true", help="no progress output")
+
+    e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
+    e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--seed", type=int)
+
+    sub.add_parser("list", help="algorithms and environments available")
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set takes FIELD=VALUE, got {item!r}.")
+        out[key.strip()] = value.strip()
+    for flag, field in (
+        ("env", "env"),
+        ("num_workers", "num_workers"),
+        ("seed", "seed"),
+        ("mode", "mode"),
+        ("num_seeds", "num_seeds"),
+    ):
+        if getattr(args, flag, None) is not None:
+            out[field] = str(getattr(args, flag))
+    if getattr(args, "sweep", None):
+        field, sep, values = args.sweep.partition("=")
+        try:
+            numbers = [float(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            numbers = []
+        if not sep or not numbers:
+            raise ConfigError(f"--sweep takes FIELD=V1,V2,... with numbers, got {args.sweep!r}.")
+        out["sweep"] = json.dumps({field.strip(): numbers})
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    from jaxflow.api import checkpoint
+    from jaxflow.api.algorithm import Algorithm
+    from jaxflow.api.loop import parse_stop, train
+    from jaxflow.api.program import resolve_mode
+    from jaxflow.api.ray_program import init_ray
+    from jaxflow.api.registry import get_algorithm
+
+    stop = parse_stop(args.stop) or {"training_iteration": 100.0}
+    if args.resume:
+        logdir = args.resume
+        latest = checkpoint.latest(logdir)
+        if latest is None:
+            raise ConfigError(f"--resume {logdir!r}: no complete checkpoint there.")
+        meta = checkpoint.load_meta(latest)
+        spec = get_algorithm(meta["algorithm"])
+        overrides = {k: parse_value(spec.config_cls, k, v) for k, v in _overrides(args).items()}
+        config = dataclasses.replace(from_json_dict(spec.config_cls, meta["config"]), **overrides)
+        mode = resolve_mode(config, spec)
+        print(f"jaxflow: resuming {spec.name} from {latest}, {_describe(config, mode)}", flush=True)
+        if mode == "ray":
+            init_ray(args.address)
+        algo = Algorithm.restore(logdir, **overrides)
+    else:
+        if args.multiagent:
+            spec = get_algorithm("MULTIAGENT")
+            config = with_overrides(load_config_file(spec.config_cls, args.multiagent), _overrides(args))
+        elif args.algo:
+            spec = get_algorithm(args.algo)
+            config = with_overrides(spec.config_cls(), _overrides(args))  # validates before any actor starts
+        else:
+            raise ConfigError("train needs --algo NAME, --multiagent FILE or --resume LOGDIR.")
+        mode = resolve_mode(config, spec)
+        logdir = args.logdir or os.path.join(
+            "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
+        if mode == "ray":
+            init_ray(args.address)
+        algo = Algorithm(config, spec)
+    try:
+        result = train(algo, stop, logdir, args.checkpoint_every, verbose=not args.quiet)
+    finally:
+        algo.stop()
+    print(
+        f"done: iteration {result['training_iteration']}, env steps {result['env_steps_sampled']:,}, "
+        f"episode_return_mean {result['episode_return_mean']:.1f}, {result['time_s']:.1f}s; checkpoints in {logdir}",
+        flush=True,
+    )
+    return 0
+
+
+def _describe(config: Any, mode: str) -> str:
+    """How the run will train, for the first line it prints."""
+    chosen = " (auto)" if config.mode == "auto" else ""
+    if mode == "ray":
+        return f"mode ray{chosen} ({config.num_workers} rollout workers)"
+    agents = config.num_seeds * len(next(iter(config.sweep.values()), [None]))
+    return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from jaxflow.api import checkpoint
+    from jaxflow.api.algorithm import Algorithm, load_policy
+    from jaxflow.api.registry import get_algorithm
+    from jaxflow.rollout.evaluation import evaluate_policy
+
+    ckpt = checkpoint.latest(args.checkpoint)
+    if ckpt is not None and get_algorithm(checkpoint.load_meta(ckpt)["algorithm"]).program is not None:
+        # A run with its own program (MAML, multi-agent) evaluates itself.
+        algo = Algorithm.restore(ckpt)
+        try:
+            out = algo.evaluate(episodes=args.episodes, seed=args.seed)
+        finally:
+            algo.stop()
+        print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
+        return 0
+    config, network, params = load_policy(args.checkpoint)
+    out = evaluate_policy(config, network, params, args.episodes, args.seed)
+    print(
+        f"{config.env}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
+    )
+    return 0
+
+
+def _list() -> int:
+    from jaxflow import envs
+    from jaxflow.api.registry import device_algorithms, list_algorithms, multiagent_algorithms
+
+    print("algorithms:", ", ".join(list_algorithms()))
+    print("with device mode (gymnax envs):", ", ".join(device_algorithms()))
+    print("for policies of multi-agent runs (--multiagent FILE):", ", ".join(multiagent_algorithms()))
+    for kind in ("gymnasium", "gymnax", "multiagent"):
+        ids = envs.list_envs(kind)
+        print(f"{kind} environments ({len(ids)}):")
+        print("  " + "\n  ".join(ids))
+    tasks = envs.list_task_distributions()
+    print(f"task distributions for MAML ({len(tasks)}):")
+    print("  " + "\n  ".join(tasks))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return _train(args)
+        if args.command == "evaluate":
+            return _evaluate(args)
+        return _list()
+    except (ConfigError, KeyError) as e:  # KeyError: envs.UnknownEnvError
+        print(f"jaxflow: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""A run of any kind, as :class:`~jaxflow.api.algorithm.Algorithm` drives it: the
+:class:`Program` protocol, and how a config chooses its program.
+
+Like optax's ``GradientTransformation`` (a whole abstraction as a pair of functions), a
+program is the few calls a run needs: its stream of results, its state for checkpoints,
+its own evaluation, and a way to stop. Ray runs (workers + learner + plan), device runs
+(rollout and update compiled together), multi-agent runs and MAML all implement it, so
+``Algorithm`` has no branch for any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from jaxflow import envs
+from jaxflow.api.registry import device_algorithms
+from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.iterators import LocalIterator
+
+
+class CheckpointFiles(Protocol):
+    """State a program keeps outside its pytree (replay contents), written into each
+    checkpoint directory before the checkpoint is renamed into place."""
+
+    def save(self, directory: str) -> None:
+        """Writes the files into ``directory``."""
+
+    def saved_at(self, directory: str) -> None:
+        """Told where the checkpoint holding them ended up (after the rename)."""
+
+    def load(self, directory: str) -> None:
+        """Reads them back from a checkpoint."""
+
+
+class Program(Protocol):
+    """One run: what :class:`~jaxflow.api.algorithm.Algorithm` needs of any kind of run.
+
+    ``results()`` is the plan's output, one result dict per training iteration; its
+    ``context`` holds the counters that checkpoints save. ``get_state()`` is a pytree of
+    arrays (saved with orbax) and ``set_state`` takes one of the same structure back.
+    ``files`` is None or the :class:`CheckpointFiles` saved beside that state.
+
+    Example:
+        >>> program = standard_program(PPOConfig(), get_algorithm("PPO"), "ray")  # doctest: +SKIP
+        >>> next(program.results())["episode_return_mean"]                      # doctest: +SKIP
+    """
+
+    @property
+    def files(self) -> CheckpointFiles | None:
+        """Files saved beside the state in every checkpoint (replay contents), or None."""
+
+    def results(self) -> LocalIterator[dict[str, Any]]:
+        """The stream of results (the same iterator on every call)."""
+
+    def get_state(self) -> Any:
+        """Everything to continue from, as a pytree of host arrays."""
+
+    def set_state(self, state: Any) -> None:
+        """Continues from a state :meth:`get_state` returned."""
+
+    def evaluate(self, episodes: int, seed: int | None, member: int) -> dict[str, Any]:
+        """The run's greedy policy (of agent ``member``) for ``episodes`` episodes."""
+
+    def stop(self) -> None:
+        """Stops the run's threads and actors and waits for them."""
+
+
+def standard_program(config: Any, spec: AlgorithmSpec, mode: str) -> Program:
+    """The program of an algorithm made of a plan (and optionally a device mode): Ray
+    rollout workers + learner + plan, or rollout and update compiled on the device."""
+    from jaxflow.api.ray_program import RayProgram
+    from jaxflow.ondevice.program import DeviceProgram
+
+    return DeviceProgram(config, spec) if mode == "device" else RayProgram(config, spec)
+
+
+def build_program(config: Any, spec: AlgorithmSpec) -> Program:
+    """The program ``config`` runs: the algorithm's own, or the standard one in the mode
+    :func:`resolve_mode` chooses."""
+    return (spec.program or standard_program)(config, spec, resolve_mode(config, spec))
+
+
+def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
+    """``"ray"`` or ``"device"`` for ``config.mode``; "auto" is device mode for a gymnax env
+    when the algorithm has one (an algorithm with its own ``program`` decides for itself what
+    "auto" means). Raises :class:`ConfigError` for a mode that cannot run."""
+    if spec.program is not None:
+        return config.mode
+    kind = envs.entry(config.env).kind
+    if kind == "multiagent":
+        raise ConfigError(
+            f"{type(config).__name__}.env {config.env!r} is a multi-agent environment: train it with a "
+            "multi-agent config (jaxflow train --multiagent FILE), which maps its agents to policies."
+        )
+    gymnax_env = kind == "gymnax"
+    can_device = gymnax_env and spec.device is not None
+    name = type(config).__name__
+    if config.mode == "device" and not can_device:
+        why = (
+            f"{spec.name} has no device mode (algorithms with one: {', '.join(device_algorithms())})"
+            if spec.device is None
+            else f"{config.env!r} is not a JAX environment (device mode runs gymnax/<id> envs)"
+        )
+        raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")
+    mode = "device" if config.mode == "device" or (config.mode == "auto" and can_device) else "ray"
+    if mode == "ray" and (config.num_seeds > 1 or config.sweep):
+        raise ConfigError(
+            f"{name}.num_seeds > 1 and {name}.sweep need device mode (a gymnax/<id> env and one of "
+            f"{', '.join(device_algorithms())}); this run is in Ray mode."
+        )
+    return mode

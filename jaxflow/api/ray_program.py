@@ -1,0 +1,154 @@
+"""A run on Ray rollout workers: the algorithm's plan over a learner and a worker set (and
+replay shards, for replay algorithms)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+from typing import Any
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+
+from jaxflow import envs
+from jaxflow.api.program import CheckpointFiles
+from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.iterators import LocalIterator
+from jaxflow.learn.learner import Learner
+from jaxflow.learn.sgd import make_optimizer
+from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.postprocess import example_train_batch
+from jaxflow.rollout.worker import WorkerSpec
+from jaxflow.rollout.worker_set import WorkerSet
+
+log = logging.getLogger(__name__)
+
+JOIN_TIMEOUT_S = 30.0
+"""How long stopping waits for the plan's background threads."""
+
+
+class RayProgram:
+    """Workers + learner + plan: the learner in this process, rollout workers as Ray actors
+    (or in this process with ``num_workers=0``), replay shards where the algorithm has them,
+    and the algorithm's ``plan`` over them.
+
+    Example:
+        >>> program = RayProgram(PPOConfig(env="CartPole-v1"), get_algorithm("PPO"))  # doctest: +SKIP
+        >>> next(program.results())["env_steps_sampled"]                             # doctest: +SKIP
+    """
+
+    def __init__(self, config: Any, spec: AlgorithmSpec):
+        self.config, self.spec = config, spec
+        self.network, self.learner = build_learner(config, spec)
+        worker_spec = WorkerSpec(
+            config,
+            self.network,
+            spec.postprocess,
+            spec.loss if spec.gradients_on_workers else None,
+            spec.encode,
+            spec.explore,
+        )
+        warm_up = self._start_warm_up(worker_spec)
+        init_ray()
+        self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
+        self.replay = spec.replay(config) if spec.replay else None
+        self.files: CheckpointFiles | None = self.replay  # replay contents go with every checkpoint
+        if warm_up is not None:
+            warm_up.result()
+        extra = () if self.replay is None else (self.replay,)
+        self._results = spec.plan(self.workers, self.learner, config, *extra)
+
+    def _start_warm_up(self, worker_spec: WorkerSpec) -> concurrent.futures.Future | None:
+        # Compiling the update takes seconds; overlapping it with worker start-up takes
+        # it out of the first iteration.
+        if self.spec.train_batch_env_steps is None:
+            return None
+        obs_space, action_space = env_spaces(self.config)
+        batch = example_train_batch(
+            worker_spec, obs_space, int(action_space.n), self.spec.train_batch_env_steps(self.config)
+        )
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-warm-up")
+        future = pool.submit(self.learner.warm_up, batch)
+        pool.shutdown(wait=False)
+        return future
+
+    def results(self) -> LocalIterator[dict[str, Any]]:
+        return self._results
+
+    def get_state(self) -> Any:
+        return self.learner.get_state()
+
+    def set_state(self, state: Any) -> None:
+        self.learner.set_state(state)
+        self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
+        """The learner's greedy policy for ``episodes`` episodes, in this process."""
+        del member  # one agent
+        return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
+
+    def stop(self) -> None:
+        """Stops the plan's background threads, the learner thread and the actors, and waits
+        for the threads to end."""
+        self._results.stop()
+        self.learner.stop()
+        self.workers.stop()
+        if self.replay is not None:
+            self.replay.stop()
+        if not self._results.join(JOIN_TIMEOUT_S):
+            log.warning("some of the plan's background threads did not end within %.0f s", JOIN_TIMEOUT_S)
+
+
+def env_spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The observation and action spaces of ``config.env`` (checked by :func:`check_spaces`)."""
+    env = envs.make_cpu(config.env, **config.env_config)
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return check_spaces(config.env, *spaces)
+
+
+def check_spaces(
+    env_id: str, obs_space: gymnasium.Space, action_space: gymnasium.Space
+) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The spaces, if the policies here support them: Box observations, Discrete actions."""
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise ConfigError(
+            f"Environment {env_id!r} has action space {action_space}; the policies here "
+            "support Discrete action spaces only."
+        )
+    if not isinstance(obs_space, gymnasium.spaces.Box):
+        raise ConfigError(f"Environment {env_id!r} has observation space {obs_space}; a Box space is needed.")
+    return obs_space, action_space
+
+
+def build_learner(
+    config: Any, spec: AlgorithmSpec, spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None, network: Any = None
+) -> tuple[Any, Learner]:
+    """The network and a freshly initialised learner for ``config`` (no Ray needed), for the
+    spaces of ``config.env`` or the given ``(observation, action)`` spaces; ``network``
+    replaces the algorithm's own (e.g. the same one with another convolution)."""
+    obs_space, action_space = spaces or env_spaces(config)
+    network = network or spec.network(config, obs_space.shape, int(action_space.n))
+    params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
+    num_epochs, minibatch_size = spec.sgd(config)
+    learner = Learner(
+        functools.partial(spec.loss, apply_fn=network.apply, config=config),
+        make_optimizer(config.lr, config.max_grad_norm),
+        params,
+        seed=config.seed,
+        num_epochs=num_epochs,
+        minibatch_size=minibatch_size,
+        target_network=spec.target_network,
+    )
+    return network, learner
+
+
+def init_ray(address: str | None = None) -> None:
+    """Starts an embedded local Ray, or connects to ``address`` (a Ray cluster)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)

@@ -1,0 +1,81 @@
+"""The registry of algorithms: by name, by config class, and through package entry points.
+
+An algorithm page registers its :class:`~jaxflow.api.spec.AlgorithmSpec` when it is
+imported. The engine never imports ``jaxflow.algorithms``: it finds an algorithm it has not
+seen yet through the ``jaxflow.algorithms`` entry-point group, which the package declares in
+its metadata (``pyproject.toml``) and which any other installed distribution can add to.
+"""
+
+from __future__ import annotations
+
+import difflib
+from importlib import metadata
+
+from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.config.common import CommonConfig
+from jaxflow.config.fields import ConfigError
+
+ENTRY_POINT_GROUP = "jaxflow.algorithms"
+"""Entry points ``NAME = "module:SPEC"`` of every installed algorithm."""
+
+_ALGORITHMS: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Adds ``spec`` under its (case-insensitive) name; returns it, for ``NAME = register_algorithm(...)``."""
+    _ALGORITHMS[spec.name.upper()] = spec
+    return spec
+
+
+def _entry_points() -> dict[str, metadata.EntryPoint]:
+    return {ep.name.upper(): ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load(name: str) -> AlgorithmSpec | None:
+    if name not in _ALGORITHMS:
+        ep = _entry_points().get(name)
+        if ep is None:
+            return None
+        register_algorithm(ep.load())
+    return _ALGORITHMS.get(name)
+
+
+def _load_all() -> dict[str, AlgorithmSpec]:
+    for name in _entry_points():
+        _load(name)
+    return _ALGORITHMS
+
+
+def list_algorithms() -> list[str]:
+    """Names for ``--algo`` (a multi-agent run names its policies' algorithms in its config)."""
+    return sorted(spec.name for spec in _load_all().values() if issubclass(spec.config_cls, CommonConfig))
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    """The registered algorithm called ``name`` (case-insensitive)."""
+    spec = _load(name.upper())
+    if spec is None:
+        known = list(_load_all())
+        close = difflib.get_close_matches(name.upper(), known, n=3, cutoff=0.4)
+        hint = f" Did you mean {close}?" if close else ""
+        raise ConfigError(f"Unknown algorithm {name!r}.{hint} Available: {', '.join(list_algorithms())}.")
+    return spec
+
+
+def spec_of(config: object) -> AlgorithmSpec:
+    """The registered algorithm whose config class is ``type(config)``."""
+    for registry in (_ALGORITHMS, _load_all()):
+        for spec in registry.values():
+            if type(config) is spec.config_cls:
+                return spec
+    raise ConfigError(f"No registered algorithm uses {type(config).__name__}.")
+
+
+def device_algorithms() -> list[str]:
+    """Names of the algorithms that can train on the device."""
+    return sorted(spec.name for spec in _load_all().values() if spec.device is not None)
+
+
+def multiagent_algorithms() -> list[str]:
+    """Names of the algorithms that can train a policy of a multi-agent run."""
+    return sorted(spec.name for spec in _load_all().values() if spec.flow is not None)

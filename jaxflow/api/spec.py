@@ -1,0 +1,61 @@
+"""What an algorithm page registers: :class:`AlgorithmSpec`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from jaxflow.networks.build import actor_critic_network
+from jaxflow.ondevice.spec import DeviceSpec
+from jaxflow.replay.shards import ReplayShards
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+    """What an algorithm page registers.
+
+    ``loss(params, batch, rng, *, apply_fn, config) -> (loss, metrics)`` on a flat batch;
+    ``postprocess(traj, config) -> traj`` runs on the rollout workers (e.g. GAE) and returns a
+    flat dict; fields it returns unchanged are not copied there, so it should pass the
+    observations through as they came (see :class:`~jaxflow.rollout.postprocess.HostPostprocess`);
+    ``plan(workers, learner, config)`` returns the iterator of training results;
+    ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
+    ``gradients_on_workers`` gives the workers the loss (A3C);
+    ``network(config, obs_shape, num_actions)`` builds the flax module (default: an actor-critic,
+    convolutional for image observations, see :func:`~jaxflow.networks.build.actor_critic_network`);
+    ``target_network`` gives the learner a target copy of the parameters (DQN);
+    ``replay(config)`` builds the replay shards, which the plan then gets as a fourth
+    argument and which are checkpointed with the learner;
+    ``explore`` and ``encode`` go to the rollout workers (see
+    :class:`~jaxflow.rollout.worker.WorkerSpec`); ``device`` lets the algorithm train on the
+    device with a JAX environment (see :class:`~jaxflow.ondevice.spec.DeviceSpec`);
+    ``program(config, spec, mode)`` builds the run as a :class:`~jaxflow.api.program.Program`
+    (default: :func:`~jaxflow.api.program.standard_program`, Ray workers + learner + plan or
+    device mode); an algorithm whose loop is not "sample, then update" (MAML's inner and
+    outer loops, a multi-agent run) brings its own; ``flow(experiences, policy)`` trains one
+    policy of a multi-agent run from a stream of its own fragments (see
+    :mod:`jaxflow.ops.multiagent_ops`): its sub-flows, each with its outputs per round of sampling.
+    """
+
+    name: str
+    config_cls: type
+    loss: Callable[..., Any] | None
+    plan: Callable[..., Any] | None
+    postprocess: Callable[..., Any] | None = None
+    sgd: Callable[[Any], tuple[int, int | None]] = lambda config: (1, None)
+    gradients_on_workers: bool = False
+    train_batch_env_steps: Callable[[Any], int] | None = None
+    """Env steps in every learner update, where the plan fixes it: the learner then
+    compiles its update while the rollout workers start."""
+    network: Callable[[Any, tuple[int, ...], int], Any] = lambda config, obs_shape, num_actions: actor_critic_network(
+        obs_shape, num_actions, config.hidden_sizes, config.conv_torso
+    )
+    target_network: bool = False
+    replay: Callable[[Any], ReplayShards] | None = None
+    explore: Callable[..., Any] | None = None
+    encode: Callable[..., Any] | None = None
+    device: DeviceSpec | None = None
+    program: Callable[[Any, AlgorithmSpec, str], Any] | None = None
+    """Builds the run's :class:`~jaxflow.api.program.Program`; None: the standard one."""
+    flow: Callable[..., list[tuple[Any, Any]]] | None = None

@@ -1,0 +1,104 @@
+"""Where results go: progress.jsonl, TensorBoard, the console."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
+
+
+def _scalars(result: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Flattens nested numeric results to ``{"learner/loss": 0.1, ...}``."""
+    out: dict[str, float] = {}
+    for k, v in result.items():
+        if isinstance(v, Mapping):
+            out.update(_scalars(v, f"{prefix}{k}/"))
+        elif isinstance(v, (int, float, np.number)) and not isinstance(v, bool):
+            out[prefix + k] = float(v)
+    return out
+
+
+class JsonLinesWriter:
+    """Appends one JSON object per iteration to ``progress.jsonl`` (NaN written as null)."""
+
+    def __init__(self, logdir: str):
+        os.makedirs(logdir, exist_ok=True)
+        self._f = open(os.path.join(logdir, "progress.jsonl"), "a", encoding="utf-8")
+
+    def write(self, result: Mapping[str, Any]) -> None:
+        self._f.write(json.dumps(_json_safe(result)) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _json_safe(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if not math.isfinite(float(x)) else float(x)
+    return x
+
+
+class TensorBoardWriter:
+    """Writes every numeric result as a TensorBoard scalar, stepped by env steps sampled."""
+
+    def __init__(self, logdir: str):
+        from tensorboardX import SummaryWriter
+
+        self._w = SummaryWriter(logdir)
+
+    def write(self, result: Mapping[str, Any]) -> None:
+        step = int(result.get(ENV_STEPS_SAMPLED, result.get("training_iteration", 0)))
+        for k, v in _scalars(result).items():
+            if math.isfinite(v):
+                self._w.add_scalar(k, v, step)
+        self._w.flush()
+
+    def close(self) -> None:
+        self._w.close()
+
+
+class ConsoleProgress:
+    """A progress bar on a terminal (tqdm), one plain line per iteration otherwise."""
+
+    def __init__(self, stop: Mapping[str, float]):
+        from tqdm import tqdm
+
+        self._key = next((k for k in ("env_steps_sampled", "training_iteration", "time_s") if k in stop), None)
+        self._tty = sys.stderr.isatty()
+        total = stop.get(self._key) if self._key else None
+        self._bar = tqdm(
+            total=total, unit=" steps" if self._key == "env_steps_sampled" else " it", disable=not self._tty
+        )
+        self._last = 0.0
+
+    def write(self, result: Mapping[str, Any]) -> None:
+        ret = result.get("episode_return_mean", float("nan"))
+        line = (
+            f"iter {result['training_iteration']:>4d}  steps {result[ENV_STEPS_SAMPLED]:>9,d}  "
+            f"return {ret:7.1f}  {result.get('env_steps_per_s', 0):>8,.0f} steps/s  {result['time_s']:6.1f}s"
+        )
+        if not self._tty:
+            print(line, flush=True)
+            return
+        if self._key:
+            now = float(result[self._key])
+            self._bar.update(now - self._last)
+            self._last = now
+        self._bar.set_postfix_str(f"return {ret:.1f}, {result.get('env_steps_per_s', 0):,.0f} steps/s")
+
+    def close(self) -> None:
+        self._bar.close()

@@ -1,0 +1,214 @@
+"""Frozen, validated algorithm configs and their parsing from ``--set FIELD=VALUE``.
+
+A config field is declared with :func:`param`, which records its constraint; a
+config class calls :func:`validate` from ``__post_init__`` so an invalid config
+never exists -- it fails on construction, before any actor starts, naming the
+field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """An invalid config field, value, or combination."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """A constraint on a number: ``low < x`` (or ``<=`` when ``low_inclusive``), and so on."""
+
+    low: float | None = None
+    high: float | None = None
+    low_inclusive: bool = True
+    high_inclusive: bool = True
+
+    def __call__(self, x: float) -> bool:
+        if x is None:  # an optional field left unset
+            return True
+        if x != x:  # NaN satisfies no bound, but fails none of the comparisons below
+            return False
+        if self.low is not None and (x < self.low or (x == self.low and not self.low_inclusive)):
+            return False
+        if self.high is not None and (x > self.high or (x == self.high and not self.high_inclusive)):
+            return False
+        return True
+
+    def __str__(self) -> str:
+        lo = "" if self.low is None else f"{self.low} {'<=' if self.low_inclusive else '<'} "
+        hi = "" if self.high is None else f" {'<=' if self.high_inclusive else '<'} {self.high}"
+        return f"{lo}value{hi}"
+
+
+POSITIVE = Check(low=0, low_inclusive=False)
+
+
+NON_NEGATIVE = Check(low=0)
+
+
+UNIT = Check(low=0, high=1)
+
+
+def param(default: Any, check: Check | None = None, *, factory: Callable[[], Any] | None = None) -> Any:
+    """A config field with an optional numeric constraint checked by :func:`validate`."""
+    meta = {"check": check} if check else {}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return True
+    if origin is Literal:
+        return value in typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, t) for t in typing.get_args(tp))
+    if tp is type(None):
+        return value is None
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_type_ok(v, args[0]) for v in value)
+        return len(args) == len(value) and all(_type_ok(v, t) for v, t in zip(value, args))
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        return isinstance(value, Mapping)
+    return isinstance(value, origin or tp)
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def validate(config: Any) -> None:
+    """Checks every field's type and constraint; raises :class:`ConfigError` naming the first bad one."""
+    name = type(config).__name__
+    hints = _hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if not _type_ok(value, hints[f.name]):
+            raise ConfigError(f"{name}.{f.name} must be {_type_name(hints[f.name])}, got {value!r}.")
+        check = f.metadata.get("check")
+        if check is not None and not check(value):
+            raise ConfigError(f"{name}.{f.name} must satisfy {check}, got {value!r}.")
+
+
+def require(condition: bool, message: str) -> None:
+    """Raises :class:`ConfigError` with ``message`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError(message)
+
+
+def field_names(cls: type) -> list[str]:
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def parse_value(cls: type, field: str, text: str) -> Any:
+    """Parses the string ``text`` as a value of ``cls.field``'s declared type."""
+    if field not in field_names(cls):
+        close = difflib.get_close_matches(field, field_names(cls), n=3)
+        hint = f" Did you mean {close}?" if close else ""
+        raise ConfigError(f"{cls.__name__} has no field {field!r}.{hint} Fields: {', '.join(field_names(cls))}.")
+    tp = _hints(cls)[field]
+    try:
+        return _parse(text, tp)
+    except (ValueError, TypeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{cls.__name__}.{field} must be {_type_name(tp)}, got {text!r}.") from e
+
+
+def _parse(text: str, tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if type(None) in args and text.lower() in ("none", "null"):
+            return None
+        for t in args:
+            if t is type(None):
+                continue
+            try:
+                return _parse(text, t)
+            except (ValueError, TypeError, json.JSONDecodeError):
+                continue
+        raise ValueError(text)
+    if tp is bool:
+        lowered = text.lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ValueError(text)
+    if tp is int:
+        return int(text)
+    if tp is float:
+        return float(text)
+    if tp is str or origin is Literal:
+        return text
+    if origin is tuple:
+        item = typing.get_args(tp)[0]
+        return tuple(_parse(t.strip(), item) for t in text.strip("()[] ").split(",") if t.strip())
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError(text)
+        return value
+    raise TypeError(f"cannot parse {tp}")
+
+
+def with_overrides(config: Any, overrides: Mapping[str, str]) -> Any:
+    """A new config with string overrides (from ``--set``) parsed and validated."""
+    values = {k: parse_value(type(config), k, v) for k, v in overrides.items()}
+    return dataclasses.replace(config, **values)
+
+
+def to_json_dict(config: Any) -> dict[str, Any]:
+    """The config as plain JSON values (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    """Rebuilds a config written by :func:`to_json_dict`, restoring tuples."""
+    hints = _hints(cls)
+    values = {}
+    for k, v in data.items():
+        if k not in hints:
+            raise ConfigError(f"{cls.__name__} has no field {k!r} (from a saved config).")
+        values[k] = tuple(v) if typing.get_origin(hints[k]) is tuple else v
+    return cls(**values)
+
+
+def load_config_file(cls: type, path: str) -> Any:
+    """A config of class ``cls`` from a JSON file of its fields (e.g. ``--multiagent FILE``)."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}: not valid JSON ({e}).") from e
+    fields = field_names(cls)
+    bad = sorted(set(data) - set(fields)) if isinstance(data, dict) else None
+    require(
+        bad == [],
+        f"{path}: unknown keys {bad}; a {cls.__name__} has {sorted(fields)}."
+        if bad
+        else f"{path}: a {cls.__name__} is a JSON object of its fields {sorted(fields)}.",
+    )
+    return cls(**data)

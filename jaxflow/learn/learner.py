@@ -1,0 +1,204 @@
+"""The learner: a train state and a compiled, data-parallel SGD update built from any loss.
+
+``loss_fn(params, batch, rng) -> (loss, metrics)`` is a pure function of a flat
+batch ``{name: [N, ...]}``; with a target network it is
+``loss_fn(params, batch, rng, target_params)``. Scalar metrics are averaged over
+the update's steps; a metric of shape ``[minibatch]`` (per-sample, e.g. DQN's TD
+errors for replay priorities) is returned for every sample of the batch, in order. The update runs ``num_epochs`` passes over shuffled
+minibatches (one pass over the whole batch, in order, by default) inside one
+``jit`` with the state's buffers donated; a convolutional loss on the CPU instead
+steps minibatch by minibatch from the host, to the same result (see
+:attr:`Learner.loop`). With several local devices the batch
+is sharded along its leading axis and the parameters replicated; XLA then
+averages the gradients across devices, so the update equals the single-device
+update on the same global batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxflow.learn.sgd import (
+    LossFn,
+    TrainState,
+    _check_minibatch,
+    apply_gradients,
+    copy_to_target,
+    minibatch_step,
+    sgd_update,
+    shuffle_minibatches,
+    summarize_metrics,
+)
+from jaxflow.learn.thread import LearnerThread
+
+
+class Learner:
+    """Holds a :class:`TrainState` on the local devices and updates it.
+
+    Example:
+        >>> learner = Learner(loss_fn, optax.adam(1e-3), params, seed=0)  # doctest: +SKIP
+        >>> metrics = learner.update({"obs": obs, "target": y})            # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        loss_fn: LossFn,
+        optimizer: optax.GradientTransformation,
+        params: Any,
+        seed: int = 0,
+        num_epochs: int = 1,
+        minibatch_size: int | None = None,
+        devices: Sequence[jax.Device] | None = None,
+        target_network: bool = False,
+    ):
+        self.devices = list(devices or jax.local_devices())
+        # The state is replaced (and its old buffers donated) by every update, so a learner
+        # thread and the plan's thread must not read or replace it at the same time.
+        self._lock = threading.RLock()
+        self.mesh = Mesh(np.asarray(self.devices), ("batch",))
+        self._replicated = NamedSharding(self.mesh, PartitionSpec())
+        self._sharded = NamedSharding(self.mesh, PartitionSpec("batch"))
+        state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed))
+        if target_network:
+            state = copy_to_target(state)
+        # A copy: the update donates the state's buffers, which must not be the caller's arrays.
+        self.state = jax.device_put(state, self._replicated, may_alias=False)
+        self._version = 0
+        self._num_epochs, self._minibatch_size = num_epochs, minibatch_size
+        self._update = jax.jit(
+            functools.partial(sgd_update, loss_fn, optimizer, num_epochs, minibatch_size),
+            donate_argnums=0,
+            out_shardings=(self._replicated, self._replicated),
+        )
+        self._shuffle = jax.jit(shuffle_minibatches, static_argnums=(1, 2, 3))
+        self._step = jax.jit(
+            functools.partial(minibatch_step, loss_fn, optimizer),
+            donate_argnums=1,
+            out_shardings=(self._replicated, self._replicated),
+        )
+        self._loop: str | None = None
+        self._apply = jax.jit(
+            functools.partial(apply_gradients, optimizer), donate_argnums=0, out_shardings=self._replicated
+        )
+        self._copy_to_target = jax.jit(copy_to_target, donate_argnums=0, out_shardings=self._replicated)
+        self.thread: LearnerThread | None = None
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def version(self) -> int:
+        """Optimizer steps so far; workers tag samples with the version they acted with.
+
+        Counted on the host (equal to ``state.step``), so asking never waits for the device.
+        """
+        return self._version
+
+    def put_batch(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """Places a flat host batch on the devices, sharded along its leading axis."""
+        n = len(next(iter(batch.values())))
+        if n % self.num_devices:
+            raise ValueError(
+                f"A batch of {n} samples cannot be split evenly over {self.num_devices} devices; "
+                "choose batch sizes divisible by the device count."
+            )
+        return jax.device_put(dict(batch), self._sharded)
+
+    @property
+    def loop(self) -> str | None:
+        """How an update runs its SGD steps, chosen at the first update: ``"scan"``, all of
+        them inside one compiled update, or ``"host"``, one compiled step per minibatch
+        called from Python. ``"host"`` is for convolutional losses on the CPU, where XLA
+        runs a convolution's weight gradient inside a loop body about 10x slower than
+        outside one (jax-ml/jax#12868); a step costs far more than its dispatch there."""
+        return self._loop
+
+    def _run(self, state: TrainState, device_batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, Any]]:
+        n = len(next(iter(device_batch.values())))
+        mb = _check_minibatch(n, self._minibatch_size)
+        if self._loop is None:
+            self._loop = "host" if self._convolutional_on_cpu(state, device_batch, mb) else "scan"
+        if self._loop == "scan":
+            return self._update(state, device_batch)
+        rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb)
+        state, steps = state._replace(rng=rng), []
+        for row in np.asarray(idx):
+            state, metrics = self._step(device_batch, state, row)
+            steps.append(metrics)
+        # Stacked on the device: nothing here waits for the steps to finish.
+        return state, summarize_metrics(jax.tree_util.tree_map(lambda *m: jnp.stack(m), *steps), self._num_epochs)
+
+    def _convolutional_on_cpu(self, state: TrainState, device_batch: dict[str, jax.Array], mb: int) -> bool:
+        if self.devices[0].platform != "cpu":
+            return False
+        lowered = self._step.lower(device_batch, state, np.zeros(mb, np.int32))
+        return "stablehlo.convolution" in lowered.as_text()
+
+    def update(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """One SGD update (all epochs and minibatches) on a flat host batch; returns mean
+        metrics as floats and per-sample metrics as numpy arrays."""
+        device_batch = self.put_batch(batch)
+        n = len(next(iter(device_batch.values())))
+        with self._lock:
+            self.state, metrics = self._run(self.state, device_batch)
+            self._version += self._num_epochs * (n // (self._minibatch_size or n))
+        return {k: float(v) if v.ndim == 0 else np.asarray(v) for k, v in jax.device_get(metrics).items()}
+
+    def update_target(self) -> None:
+        """Copies the parameters into the target network."""
+        if self.state.target_params is None:
+            raise ValueError("This learner has no target network (build it with target_network=True).")
+        with self._lock:
+            self.state = self._copy_to_target(self.state)
+
+    def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Compiles the update for ``batch``'s shapes by running it on a copy of the state
+        (the result is dropped), so the first real update starts at full speed."""
+        state = jax.device_put(self.state, self._replicated, may_alias=False)
+        jax.block_until_ready(self._run(state, self.put_batch(batch)))
+
+    def apply_gradients(self, grads: Any) -> None:
+        grads = jax.device_put(grads, self._replicated)
+        with self._lock:
+            self.state = self._apply(self.state, grads)
+            self._version += 1
+
+    def get_weights(self) -> Any:
+        """The parameters as numpy arrays, for rollout workers."""
+        with self._lock:
+            return jax.device_get(self.state.params)
+
+    def get_state(self) -> TrainState:
+        """The whole state on the host (for checkpoints), read consistently."""
+        with self._lock:
+            return jax.device_get(self.state)
+
+    def set_state(self, state: TrainState) -> None:
+        with self._lock:
+            self.state = jax.device_put(state, self._replicated, may_alias=False)
+            self._version = int(jax.device_get(state.step))
+
+    def start_thread(
+        self, to_host_batch: Callable[[Any], dict[str, Any]], inqueue_size: int = 8, outqueue_size: int = 8
+    ) -> LearnerThread:
+        """Starts a :class:`LearnerThread` on this learner; :meth:`stop` ends it."""
+        self.stop()
+        self.thread = LearnerThread(self, to_host_batch, inqueue_size, outqueue_size)
+        self.thread.start()
+        return self.thread
+
+    def stop(self) -> None:
+        """Stops the learner thread, if one was started."""
+        if self.thread is not None:
+            self.thread.stop()
+            self.thread = None

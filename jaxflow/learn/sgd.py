@@ -1,0 +1,125 @@
+"""The learner's pure functions: a train state, Adam with clipping, and minibatch SGD as one
+``lax.scan`` over any loss ``loss_fn(params, batch, rng[, target_params]) -> (loss, metrics)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+LossFn = Callable[[Any, Mapping[str, jax.Array], jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
+
+
+class TrainState(NamedTuple):
+    """Everything the learner needs to continue: saved and restored as one pytree."""
+
+    params: Any
+    opt_state: Any
+    step: jax.Array
+    """Number of optimizer steps applied (int32 scalar)."""
+    rng: jax.Array
+    """PRNG key (uint32[2]) for the loss's randomness and minibatch shuffles."""
+    target_params: Any = None
+    """A lagged copy of ``params`` (DQN's target network), or None."""
+
+
+def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
+    """Adam with global-norm gradient clipping, the default of every algorithm here."""
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
+
+
+def sgd_step(
+    loss_fn: LossFn, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
+) -> tuple[TrainState, Any]:
+    """One optimizer step on one (mini)batch; the loss's metrics plus ``loss`` and ``grad_norm``."""
+    key = jax.random.fold_in(state.rng, state.step)
+    target = () if state.target_params is None else (state.target_params,)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key, *target)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+    return state._replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
+
+
+def minibatch_indices(key: jax.Array, n: int, num_epochs: int, minibatch_size: int) -> jax.Array:
+    """``[num_epochs * (n // minibatch_size), minibatch_size]`` sample indices, one row per
+    SGD step: a single epoch goes through the batch in order (replayed or freshly sampled
+    batches are already in random order); several epochs shuffle each pass with their own
+    key from ``key``. Samples of an incomplete last minibatch are left out of that epoch."""
+    num_mb = n // minibatch_size
+    if num_epochs == 1:
+        return jnp.arange(num_mb * minibatch_size).reshape(num_mb, minibatch_size)
+    perms = jax.vmap(lambda k: jax.random.permutation(k, n)[: num_mb * minibatch_size])(
+        jax.random.split(key, num_epochs)
+    )
+    return perms.reshape(num_epochs * num_mb, minibatch_size)
+
+
+def shuffle_minibatches(rng: jax.Array, n: int, num_epochs: int, minibatch_size: int) -> tuple[jax.Array, jax.Array]:
+    """The state's next PRNG key and an update's :func:`minibatch_indices`."""
+    rng, key = jax.random.split(rng)
+    return rng, minibatch_indices(key, n, num_epochs, minibatch_size)
+
+
+def minibatch_step(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    batch: Mapping[str, jax.Array],
+    state: TrainState,
+    idx: jax.Array,
+) -> tuple[TrainState, Any]:
+    """:func:`sgd_step` on the samples ``idx`` of ``batch``."""
+    return sgd_step(loss_fn, optimizer, state, jax.tree_util.tree_map(lambda x: x[idx], batch))
+
+
+def summarize_metrics(metrics: Mapping[str, Any], num_epochs: int) -> dict[str, Any]:
+    """Per-step metrics ``[steps, ...]`` of an update to its metrics: scalars averaged over
+    the steps, per-sample metrics ``[steps, minibatch, ...]`` of the last epoch flattened
+    into the batch's order (numpy or JAX arrays alike)."""
+    if num_epochs > 1 and any(m.ndim > 1 for m in metrics.values()):
+        raise ValueError("Per-sample metrics need num_epochs == 1: later epochs visit the samples in another order.")
+    return {k: m.mean() if m.ndim == 1 else m.reshape((-1,) + m.shape[2:]) for k, m in metrics.items()}
+
+
+def _check_minibatch(n: int, minibatch_size: int | None) -> int:
+    mb = minibatch_size or n
+    if n // mb == 0:
+        raise ValueError(f"minibatch_size {mb} is larger than the batch ({n} samples)")
+    return mb
+
+
+def sgd_update(
+    loss_fn: LossFn,
+    optimizer: optax.GradientTransformation,
+    num_epochs: int,
+    minibatch_size: int | None,
+    state: TrainState,
+    batch: Mapping[str, jax.Array],
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """``num_epochs`` passes of minibatch SGD over ``batch`` (see :func:`minibatch_indices`)
+    as one ``lax.scan``; metrics as :func:`summarize_metrics` makes them."""
+    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    chex.assert_tree_shape_prefix(batch, (n,))
+    mb = _check_minibatch(n, minibatch_size)
+    rng, idx = shuffle_minibatches(state.rng, n, num_epochs, mb)
+    step = functools.partial(minibatch_step, loss_fn, optimizer, batch)
+    state, metrics = jax.lax.scan(step, state._replace(rng=rng), idx)
+    return state, summarize_metrics(metrics, num_epochs)
+
+
+def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads: Any) -> TrainState:
+    """One optimizer step with gradients computed elsewhere (A3C's workers)."""
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    return state._replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state, step=state.step + 1)
+
+
+def copy_to_target(state: TrainState) -> TrainState:
+    """Sets the target network to the current parameters (Mnih et al., 2015, "Human-level
+    control through deep reinforcement learning": the target is refreshed every C steps)."""
+    return state._replace(target_params=jax.tree_util.tree_map(jnp.copy, state.params))

@@ -1,0 +1,24 @@
+"""On-device training for JAX environments (Anakin): rollout and update compiled together."""
+
+from jaxflow.ondevice.members import Member, members, with_hyper
+from jaxflow.ondevice.program import AnakinState, DeviceProgram, OnDevice
+from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
+from jaxflow.ondevice.spec import DeviceReplay, DeviceSpec, flat_batch, sample_action
+from jaxflow.ondevice.update import replay_update
+
+__all__ = [
+    "AnakinState",
+    "DeviceProgram",
+    "DeviceReplay",
+    "DeviceSpec",
+    "EnvCarry",
+    "Member",
+    "OnDevice",
+    "flat_batch",
+    "members",
+    "replay_update",
+    "rollout",
+    "sample_action",
+    "step_envs",
+    "with_hyper",
+]

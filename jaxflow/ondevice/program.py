@@ -1,0 +1,310 @@
+"""On-device training for JAX environments: rollout and update compiled into one function.
+
+The Anakin architecture of Hessel et al. (2021), "Podracer architectures for scalable
+Reinforcement Learning": when the environment is itself written in JAX (gymnax), acting,
+stepping and learning all run on the accelerator. ``vmap`` over environments, ``lax.scan``
+over time steps and over ``iterations_per_call`` training iterations make one compiled
+call; the host sees only the metrics.
+
+Nothing of an algorithm is written twice for this: its network, its worker-side
+``postprocess`` (GAE, n-step targets) and its ``loss`` with the learner's
+:func:`~jaxflow.learn.sgd.sgd_update` run here as they are; an algorithm opts in by
+registering a :class:`DeviceSpec` that says how it acts and what batch its loss takes.
+
+Independent agents are one more batch axis: ``num_seeds`` seeds times the values of a
+``sweep`` over one numeric config field are "members" of one compiled call, ``vmap``-ed on
+accelerators (see :meth:`DeviceProgram._run_members`).
+On several local devices the environments are sharded along their batch axis and
+everything else is replicated, so XLA averages the gradients across devices and the
+update equals the single-device update on the same batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxflow import envs
+from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.iterators import LocalIterator, from_iterator
+from jaxflow.learn.sgd import TrainState, copy_to_target, sgd_update
+from jaxflow.ondevice.members import members, with_hyper
+from jaxflow.ondevice.rollout import EnvCarry, rollout
+from jaxflow.ondevice.update import _device_optimizer, replay_update
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
+from jaxflow.ops.report import ReportMetrics
+from jaxflow.replay import on_device as device_replay
+from jaxflow.rollout.evaluation import evaluate_policy
+
+Array = jax.Array
+
+
+class AnakinState(NamedTuple):
+    """Everything a member needs to continue, bit for bit: saved and restored as one pytree."""
+
+    train: TrainState
+    envs: EnvCarry
+    key: Array
+    iteration: Array
+    """Training iterations done (int32 scalar)."""
+    hyper: dict[str, Array]
+    """The member's values of the swept config field ({} without a sweep)."""
+    replay: Any = None
+
+
+class DeviceProgram:
+    """An algorithm compiled for on-device training: the state of every member (on the
+    local devices) and one jitted, state-donating call of ``iterations_per_call`` iterations.
+
+    Example:
+        >>> program = DeviceProgram(PPOConfig(env="gymnax/CartPole-v1"), get_algorithm("PPO"))  # doctest: +SKIP
+        >>> out = program.call()       # host metrics of K iterations                         # doctest: +SKIP
+    """
+
+    def __init__(self, config: Any, spec: Any):
+        if spec.device is None:
+            raise ConfigError(f"{spec.name} has no on-device mode; use mode='ray'.")
+        self.config, self.spec, self.device = config, spec, spec.device
+        self.env, self.env_params = envs.make(config.env, **config.env_config)
+        obs_shape = tuple(self.env.observation_space(self.env_params).shape)
+        self.num_actions = int(self.env.num_actions)
+        self.network = spec.network(config, obs_shape, self.num_actions)
+        self.num_envs = config.num_envs or max(1, config.num_workers) * config.num_envs_per_worker
+        self.steps_per_iteration = self.num_envs * config.rollout_fragment_length
+        self.devices = jax.local_devices()
+        if self.num_envs % len(self.devices):
+            raise ConfigError(
+                f"{type(config).__name__}.num_envs ({self.num_envs}) must be divisible by the {len(self.devices)} local devices."
+            )
+        self.members = members(config)
+        self._optimizer = _device_optimizer(config.lr, config.max_grad_norm)
+        mesh = Mesh(np.asarray(self.devices), ("batch",))
+        self._replicated = NamedSharding(mesh, PartitionSpec())
+        self._env_sharded = NamedSharding(mesh, PartitionSpec("batch"))
+        state = self._init_members()
+        self._check(state, obs_shape)
+        self._shardings = self._state_shardings(state)
+        self.state = jax.device_put(state, self._shardings, may_alias=False)
+        self._run = jax.jit(self._run_members, donate_argnums=0)
+        self.files = None  # everything is in the state
+        self._results = ReportMetrics(OnDevice(self), None, config.min_env_steps_per_iteration)
+
+    @property
+    def loss(self) -> Callable[..., Any]:
+        """The algorithm's loss, the very function Ray mode's learner uses."""
+        return self.spec.loss
+
+    # --- state ------------------------------------------------------------------------
+
+    def _init_members(self) -> AnakinState:
+        """Every member's state stacked along a leading members axis. Each member is initialised
+        by the same compiled function, one at a time, so its parameters do not depend on the
+        number of members."""
+        init = jax.jit(self._init_one)
+        states = [init(jnp.int32(m.seed), {k: jnp.float32(v) for k, v in m.hyper.items()}) for m in self.members]
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+    def _init_one(self, seed: Array, hyper: dict[str, Array]) -> AnakinState:
+        cfg = with_hyper(self.config, hyper)
+        key = jax.random.PRNGKey(seed)
+        # As the Ray-mode learner does: parameters and learner RNG from PRNGKey(seed).
+        params = self.network.init(
+            key, jnp.zeros((1,) + self.env.observation_space(self.env_params).shape, jnp.float32)
+        )
+        optimizer = _device_optimizer(cfg.lr, cfg.max_grad_norm)
+        train = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), key)
+        if self.device.replay is not None:
+            train = copy_to_target(train)
+        key, k_reset = jax.random.split(jax.random.fold_in(key, 1))
+        obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(
+            jax.random.split(k_reset, self.num_envs), self.env_params
+        )
+        carry = EnvCarry(env_state, obs, jnp.zeros(self.num_envs, jnp.float32), jnp.zeros(self.num_envs, jnp.int32))
+        replay = None
+        if self.device.replay is not None:
+            example = jax.eval_shape(self._learner_batch, params, carry, key)
+            replay = device_replay.init(
+                {k: jnp.zeros(v.shape[1:], v.dtype) for k, v in example.items() if k != "priorities"},
+                self.device.replay(self.config).capacity,
+            )
+        return AnakinState(train, carry, key, jnp.zeros((), jnp.int32), dict(hyper), replay)
+
+    def _check(self, state: AnakinState, obs_shape: tuple[int, ...]) -> None:
+        # A JAX env's shapes are static: a mismatch is found here, before anything runs.
+        got = state.envs.obs.shape[-len(obs_shape) :] if obs_shape else ()
+        if tuple(got) != obs_shape:
+            raise envs.EnvSpaceError(
+                f"{self.config.env}: reset returned observations of shape {tuple(got)}, "
+                f"but its observation space is {obs_shape}."
+            )
+        try:
+            jax.eval_shape(self._run_members, state)
+        except ValueError as e:  # e.g. a minibatch larger than the batch
+            raise ConfigError(
+                f"{type(self.config).__name__}: {e}; in device mode a training batch is num_envs ({self.num_envs}) x "
+                f"rollout_fragment_length ({self.config.rollout_fragment_length}) env steps."
+            ) from e
+        except (
+            jax.errors.ConcretizationTypeError,
+            jax.errors.TracerBoolConversionError,
+            jax.errors.TracerIntegerConversionError,
+        ) as e:
+            if not self.config.sweep:
+                raise
+            raise ConfigError(
+                f"sweep over {next(iter(self.config.sweep))!r}: that field decides shapes or Python control flow, "
+                "so it cannot vary inside one compiled function; sweep a numeric field such as lr, "
+                "gamma or ent_coef."
+            ) from e
+
+    def _state_shardings(self, state: AnakinState) -> Any:
+        env_sharding = NamedSharding(self._env_sharded.mesh, PartitionSpec(None, "batch"))
+        return state._replace(
+            **{
+                f: jax.tree.map(lambda _: self._replicated, getattr(state, f))
+                for f in AnakinState._fields
+                if f != "envs"
+            },
+            envs=jax.tree.map(lambda _: env_sharding, state.envs),
+        )
+
+    def get_state(self) -> AnakinState:
+        """The whole state on the host (for checkpoints)."""
+        return jax.device_get(self.state)
+
+    def set_state(self, state: AnakinState) -> None:
+        self.state = jax.device_put(state, self._shardings, may_alias=False)
+
+    def get_weights(self, member: int = 0) -> Any:
+        """One member's parameters as numpy arrays."""
+        return jax.tree.map(lambda x: np.asarray(x[member]), jax.device_get(self.state.train.params))
+
+    # --- the compiled call -------------------------------------------------------------
+
+    def _learner_batch(self, params: Any, carry: EnvCarry, key: Array) -> dict[str, Array]:
+        """The learner batch of one rollout from ``carry`` (traced for shapes only at init)."""
+        cfg = self.config
+        _, traj, _ = rollout(
+            self.env,
+            self.env_params,
+            self.network.apply,
+            self.device.act,
+            cfg,
+            params,
+            carry,
+            key,
+            jnp.float32(0),
+            cfg.rollout_fragment_length,
+        )
+        if self.spec.postprocess is not None:
+            traj = self.spec.postprocess(traj, cfg)
+        return self.device.prepare(traj, cfg)
+
+    def _run_members(self, state: AnakinState) -> tuple[AnakinState, dict[str, Array]]:
+        """Every member's ``iterations_per_call`` iterations, on the leading members axis.
+
+        One member runs unbatched. Several run ``vmap``-ed on accelerators, where batching
+        agents fills the device, and one after another (``lax.map``) on CPUs, where it was
+        measured faster for small networks and, running each member's unbatched arithmetic,
+        reproduces every seed's single run bit for bit (``member_batching`` overrides this).
+        """
+        if len(self.members) == 1:
+            state, out = self._run_one(jax.tree.map(lambda x: x[0], state))
+            return jax.tree.map(lambda x: x[None], (state, out))
+        batching = self.config.member_batching
+        if batching == "auto":
+            batching = "map" if jax.default_backend() == "cpu" else "vmap"
+        return jax.vmap(self._run_one)(state) if batching == "vmap" else jax.lax.map(self._run_one, state)
+
+    def _run_one(self, state: AnakinState) -> tuple[AnakinState, dict[str, Array]]:
+        cfg = with_hyper(self.config, state.hyper)
+        loss_fn = functools.partial(self.spec.loss, apply_fn=self.network.apply, config=cfg)
+        replay_settings = self.device.replay(cfg) if self.device.replay is not None else None
+        num_epochs, minibatch_size = self.spec.sgd(cfg)
+        inside = functools.partial(jax.lax.with_sharding_constraint, shardings=self._env_sharded)
+
+        def iteration(state: AnakinState, _: Any):
+            key, k_rollout, k_train = jax.random.split(state.key, 3)
+            env_steps = state.iteration.astype(jnp.float32) * self.steps_per_iteration
+            carry, traj, (returns, lengths) = rollout(
+                self.env,
+                self.env_params,
+                self.network.apply,
+                self.device.act,
+                cfg,
+                state.train.params,
+                state.envs,
+                k_rollout,
+                env_steps,
+                cfg.rollout_fragment_length,
+            )
+            if self.spec.postprocess is not None:
+                traj = self.spec.postprocess(traj, cfg)
+            batch = self.device.prepare(traj, cfg)
+            if replay_settings is None:
+                train, metrics = sgd_update(loss_fn, self._optimizer, num_epochs, minibatch_size, state.train, batch)
+                replay, trained = None, jnp.float32(self.steps_per_iteration)
+            else:
+                train, replay, metrics, trained = replay_update(
+                    loss_fn, self._optimizer, replay_settings, state.train, state.replay, batch, k_train
+                )
+            state = AnakinState(train, jax.tree.map(inside, carry), key, state.iteration + 1, state.hyper, replay)
+            metrics = {k: v for k, v in metrics.items() if v.ndim == 0}
+            return state, dict(metrics, episode_returns=returns, episode_lengths=lengths, trained=trained)
+
+        return jax.lax.scan(iteration, state, None, length=self.config.iterations_per_call)
+
+    def results(self) -> LocalIterator[dict[str, Any]]:
+        """The run's results: (1) ``iterations_per_call`` rollouts + updates per compiled call,
+        (2) one result per training iteration."""
+        return self._results
+
+    def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
+        """Member ``member``'s greedy policy for ``episodes`` episodes (stepped on the host)."""
+        return evaluate_policy(self.config, self.network, self.get_weights(member), episodes, seed)
+
+    def stop(self) -> None:
+        """Nothing runs between calls: no threads or actors to stop."""
+
+    def call(self) -> dict[str, np.ndarray]:
+        """Runs ``iterations_per_call`` iterations of every member; returns their metrics
+        on the host, ``[members, K, ...]``."""
+        self.state, out = self._run(self.state)
+        return jax.device_get(out)
+
+
+def OnDevice(program: DeviceProgram) -> LocalIterator[dict[str, np.ndarray]]:
+    """The source of a device-mode plan: each item is one compiled call of
+    ``iterations_per_call`` iterations of every member, recorded in the plan's metrics
+    (env steps sampled and trained, updates, episodes per member, mean learner statistics).
+
+    Example:
+        >>> results = ReportMetrics(OnDevice(program), None)  # doctest: +SKIP
+    """
+    config = program.config
+    names = [m.name for m in program.members] if len(program.members) > 1 else []
+    ctx = Context(num_episodes=config.metrics_num_episodes, member_names=names)
+
+    def gen() -> Iterator[dict[str, np.ndarray]]:
+        while True:
+            out = program.call()
+            for i in range(len(program.members)):
+                returns, lengths = out["episode_returns"][i].reshape(-1), out["episode_lengths"][i].reshape(-1)
+                ended = ~np.isnan(returns)
+                ctx.record_episodes(returns[ended], lengths[ended], member=i if names else None)
+            trained = out["trained"][0]  # members train in lockstep
+            ctx.counters[ENV_STEPS_SAMPLED] += len(trained) * program.steps_per_iteration
+            ctx.counters[ENV_STEPS_TRAINED] += int(trained.sum())
+            ctx.counters[NUM_UPDATES] += int(np.count_nonzero(trained))
+            # The last iteration's statistics, averaged over members (NaN before a replay learner starts).
+            last = {k: v[:, -1] for k, v in out.items() if k not in ("episode_returns", "episode_lengths", "trained")}
+            ctx.info["learner"] = {k: float(np.mean(v)) for k, v in last.items()}
+            yield out
+
+    return from_iterator(gen, ctx, "OnDevice")

@@ -1,0 +1,66 @@
+"""What an algorithm registers to train on the device, and its defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxflow.rollout.batch import flatten_time_major
+
+Array = jax.Array
+
+
+def sample_action(key: Array, logits: Array, env_steps: Array, config: Any) -> tuple[Array, Array]:
+    """``a ~ softmax(logits)`` per row and ``log p(a)``: the Ray workers' sampler, drawn with
+    JAX's PRNG on the device."""
+    del env_steps, config
+    actions = jax.random.categorical(key, logits).astype(jnp.int32)
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[:, None], axis=-1)[:, 0]
+    return actions, logp
+
+
+def flat_batch(traj: Mapping[str, Any], config: Any) -> dict[str, Any]:
+    """The learner's batch of an on-policy fragment: every ``[T, B, ...]`` field as ``[T * B, ...]``."""
+    del config
+    return flatten_time_major(dict(traj))
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceReplay:
+    """How a replay algorithm trains on the device, made from its (possibly swept) config:
+    after each rollout the fragment's transitions enter an on-device prioritized buffer
+    (see :mod:`jaxflow.replay.on_device`), then ``sgd_steps`` replayed batches are trained on."""
+
+    capacity: int
+    batch_size: int
+    sgd_steps: int
+    alpha: Any
+    beta: Callable[[Array], Array]
+    """Importance-sampling exponent as a function of the SGD step."""
+    priority_eps: Any
+    target_period: int
+    """SGD steps between copies of the parameters into the target network."""
+    learning_starts: int
+    """Transitions in the buffer before training starts."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceSpec:
+    """What an algorithm registers to train on the device (its network, ``postprocess`` and
+    ``loss`` come from its :class:`~jaxflow.api.spec.AlgorithmSpec`).
+
+    ``act(key, logits, env_steps, config) -> (actions, logp)`` picks actions from the
+    network's first output (default: sample the softmax; DQN: epsilon-greedy);
+    ``prepare(traj, config) -> batch`` makes the loss's batch from a postprocessed fragment
+    (default: flat ``[T * B]``); ``replay(config) -> DeviceReplay`` trains from an on-device
+    replay buffer instead of on the fresh batch (``prepare`` then returns transitions with a
+    ``priorities`` field).
+    """
+
+    act: Callable[..., tuple[Array, Array]] = sample_action
+    prepare: Callable[..., dict[str, Array]] = flat_batch
+    replay: Callable[[Any], DeviceReplay] | None = None

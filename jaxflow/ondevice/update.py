@@ -1,0 +1,59 @@
+"""The update step of device mode: from a fresh batch or from an on-device replay buffer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxflow.learn.sgd import TrainState, copy_to_target, make_optimizer, sgd_step
+from jaxflow.ondevice.spec import DeviceReplay
+from jaxflow.replay import on_device as device_replay
+
+Array = jax.Array
+
+
+def replay_update(
+    loss_fn: Any,
+    optimizer: optax.GradientTransformation,
+    rs: DeviceReplay,
+    train: TrainState,
+    replay: device_replay.DeviceReplayState,
+    transitions: Mapping[str, Array],
+    key: Array,
+):
+    """Adds a fragment's transitions to the buffer, then (once it holds ``learning_starts``)
+    trains on ``rs.sgd_steps`` replayed batches: importance-weighted loss, new priorities
+    ``|TD error| + eps``, and the target network refreshed every ``target_period`` steps.
+    Returns ``(train, replay, scalar metrics, samples trained)``."""
+    items = dict(transitions)
+    replay = device_replay.add(replay, items, items.pop("priorities"), rs.alpha)
+
+    def sgd(carry, key):
+        train, replay = carry
+        batch, slots, weights = device_replay.sample(replay, key, rs.batch_size, rs.beta(train.step))
+        train, metrics = sgd_step(loss_fn, optimizer, train, dict(batch, weights=weights))
+        replay = device_replay.update_priorities(
+            replay, slots, jnp.abs(metrics.pop("td_error")) + rs.priority_eps, rs.alpha
+        )
+        train = jax.lax.cond(train.step % rs.target_period == 0, copy_to_target, lambda s: s, train)
+        return (train, replay), metrics
+
+    def learn(carry):
+        (train, replay), metrics = jax.lax.scan(sgd, carry, jax.random.split(key, rs.sgd_steps))
+        return train, replay, jax.tree.map(jnp.mean, metrics), jnp.float32(rs.sgd_steps * rs.batch_size)
+
+    def wait(carry):
+        shapes = jax.eval_shape(learn, carry)[2]
+        return carry[0], carry[1], jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes), jnp.float32(0)
+
+    return jax.lax.cond(replay.size >= rs.learning_starts, learn, wait, (train, replay))
+
+
+def _device_optimizer(lr: Any, max_grad_norm: Any) -> optax.GradientTransformation:
+    # The learning rate and clipping norm live in the optimizer state, so that they can
+    # differ between the vmapped members of a sweep.
+    return optax.inject_hyperparams(make_optimizer)(lr=lr, max_grad_norm=max_grad_norm)

@@ -1,0 +1,88 @@
+"""RL operators, the CapWords pieces plans are written in (RLlib Flow's vocabulary),
+grouped by concern: rollout, train, replay, queue, report, multi-agent."""
+
+from jaxflow.ops.metrics import (
+    ENV_STEPS_SAMPLED,
+    ENV_STEPS_TRAINED,
+    NUM_UPDATES,
+    NUM_WEIGHT_SYNCS,
+    Context,
+    EpisodeWindow,
+)
+from jaxflow.ops.multiagent_ops import (
+    CountPolicyUpdates,
+    Policy,
+    PolicyWorkers,
+    SelectExperiences,
+    on_policy_flow,
+    round_robin_weights,
+)
+from jaxflow.ops.queue_ops import Dequeue, Enqueue
+from jaxflow.ops.replay_ops import (
+    REPLAY_ITEMS_DROPPED,
+    REPLAY_ITEMS_STORED,
+    ParallelReplay,
+    StoreToReplay,
+    UpdatePriorities,
+)
+from jaxflow.ops.report import ReportMetrics, results
+from jaxflow.ops.rollout_ops import (
+    ConcatBatches,
+    ParallelRollouts,
+    RecordSampled,
+    StandardizeFields,
+    bulk_sync_env_steps,
+    standardize_fields,
+)
+from jaxflow.ops.train_ops import (
+    NUM_TARGET_UPDATES,
+    ApplyGradients,
+    BroadcastWeights,
+    ComputeGradients,
+    TrainOneStep,
+    UpdateTargetNetwork,
+    UpdateWorkerWeights,
+    num_samples,
+    record_update,
+    replay_train_batch,
+)
+
+__all__ = [
+    "ENV_STEPS_SAMPLED",
+    "ENV_STEPS_TRAINED",
+    "NUM_TARGET_UPDATES",
+    "NUM_UPDATES",
+    "NUM_WEIGHT_SYNCS",
+    "REPLAY_ITEMS_DROPPED",
+    "REPLAY_ITEMS_STORED",
+    "ApplyGradients",
+    "BroadcastWeights",
+    "ComputeGradients",
+    "ConcatBatches",
+    "Context",
+    "CountPolicyUpdates",
+    "Dequeue",
+    "Enqueue",
+    "EpisodeWindow",
+    "ParallelReplay",
+    "ParallelRollouts",
+    "Policy",
+    "PolicyWorkers",
+    "RecordSampled",
+    "ReportMetrics",
+    "SelectExperiences",
+    "StandardizeFields",
+    "StoreToReplay",
+    "TrainOneStep",
+    "UpdatePriorities",
+    "UpdateTargetNetwork",
+    "UpdateWorkerWeights",
+    "bulk_sync_env_steps",
+    "num_samples",
+    "on_policy_flow",
+    "record_update",
+    "replay_train_batch",
+    "results",
+    "round_robin_weights",
+    "standardize_fields",
+]

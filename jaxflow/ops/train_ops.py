@@ -1,0 +1,182 @@
+"""Train operators: learner updates, gradients computed on workers, weight syncs to the
+workers, target-network refreshes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import time
+from typing import Any
+
+import numpy as np
+
+from jaxflow.dataflow.iterators import Operator
+from jaxflow.learn.learner import Learner
+from jaxflow.learn.to_device import DeviceBatch
+from jaxflow.ops.metrics import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
+from jaxflow.ops.rollout_ops import RecordSampled
+from jaxflow.replay.shard import ReplayBatch
+from jaxflow.rollout.batch import GradientsResult, SampleBatch, flatten_time_major
+from jaxflow.rollout.worker import RolloutWorker
+from jaxflow.rollout.worker_set import WorkerSet
+
+
+class TrainOneStep(Operator):
+    """Runs the learner's update (all epochs and minibatches) on a batch; returns its metrics.
+
+    For a replayed batch (:class:`~jaxflow.replay.shard.ReplayBatch`) the importance
+    weights go in as the field ``weights`` and the result is ``(batch, metrics)``, so
+    that ``UpdatePriorities`` can route the per-sample TD errors back to the shard.
+
+    Example:
+        >>> batches.for_each(TrainOneStep(learner))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner):
+        self.learner = learner
+
+    def __call__(self, batch: SampleBatch | DeviceBatch | ReplayBatch, ctx: Context) -> Any:
+        t0 = time.perf_counter()
+        data: Mapping[str, Any]
+        if isinstance(batch, DeviceBatch):
+            data = batch.data
+        elif isinstance(batch, ReplayBatch):
+            data = replay_train_batch(batch)
+        else:
+            data = flatten_time_major(batch.data)
+        metrics = self.learner.update(data)
+        record_update(ctx, metrics, num_samples(batch), update_time_s=time.perf_counter() - t0)
+        return (batch, metrics) if isinstance(batch, ReplayBatch) else metrics
+
+
+def replay_train_batch(batch: ReplayBatch) -> dict[str, np.ndarray]:
+    """The learner's flat batch for a replayed one: its fields plus importance ``weights``."""
+    return dict(batch.data, weights=batch.weights)
+
+
+def record_update(ctx: Context, metrics: dict[str, Any], samples: int, **info: float) -> None:
+    """Counts one learner update of ``samples`` items; its scalar metrics go to the results."""
+    ctx.counters[ENV_STEPS_TRAINED] += samples
+    ctx.counters[NUM_UPDATES] += 1
+    ctx.info["learner"] = dict({k: v for k, v in metrics.items() if isinstance(v, float)}, **info)
+
+
+def num_samples(batch: Any) -> int:
+    """Items a batch trains on: its env steps, replayed items, or leading size."""
+    if isinstance(batch, (SampleBatch, DeviceBatch)):
+        return batch.env_steps
+    if isinstance(batch, ReplayBatch):
+        return len(batch.indices)
+    return len(next(iter(batch.values())))
+
+
+class BroadcastWeights(Operator):
+    """Sends the learner's weights to every rollout worker (one object-store put), after
+    every ``every_n``-th item.
+
+    Example:
+        >>> trained.for_each(BroadcastWeights(learner, workers))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner, workers: WorkerSet, every_n: int = 1):
+        self.learner, self.workers, self.every_n = learner, workers, every_n
+        self._count = 0
+
+    def __call__(self, item: Any, ctx: Context) -> Any:
+        self._count += 1
+        if self._count % self.every_n == 0:
+            self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
+            ctx.counters[NUM_WEIGHT_SYNCS] += 1
+        return item
+
+
+class ComputeGradients(Operator):
+    """Actor side: turns a worker's fragment into gradients of the algorithm's loss.
+
+    Example:
+        >>> ParallelRollouts(workers, mode="raw").par_for_each(ComputeGradients())  # doctest: +SKIP
+    """
+
+    def __call__(self, batch: SampleBatch, worker: RolloutWorker) -> GradientsResult:
+        return worker.compute_gradients(batch)
+
+
+class ApplyGradients(Operator):
+    """Applies one worker's gradients, then sends the new weights back to that worker
+    alone (A3C) or to all workers (``update_all=True``).
+
+    Example:
+        >>> grads.gather_async().for_each(ApplyGradients(learner, workers))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner, workers: WorkerSet, update_all: bool = False):
+        self.learner, self.workers, self.update_all = learner, workers, update_all
+
+    def __call__(self, result: GradientsResult, ctx: Context) -> dict[str, float]:
+        RecordSampled()(result, ctx)
+        self.learner.apply_gradients(result.grads)
+        ctx.counters[ENV_STEPS_TRAINED] += result.env_steps
+        ctx.counters[NUM_UPDATES] += 1
+        ctx.info["learner"] = dict(result.metrics, policy_lag=self.learner.version - 1 - result.weights_version)
+        weights, version = self.learner.get_weights(), self.learner.version
+        if self.update_all:
+            self.workers.sync_weights(weights, version)
+        else:
+            assert ctx.current_actor is not None, "ApplyGradients follows a gather from the workers"
+            self.workers.set_weights_of(ctx.current_actor[0], weights, version)
+        ctx.counters[NUM_WEIGHT_SYNCS] += 1
+        return result.metrics
+
+
+NUM_TARGET_UPDATES = "num_target_updates"
+
+
+class UpdateTargetNetwork(Operator):
+    """Copies the learner's parameters into its target network every ``every_n_steps``
+    optimizer steps (Mnih et al., 2015); passes items through.
+
+    Example:
+        >>> trained.for_each(UpdateTargetNetwork(learner, every_n_steps=500))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner, every_n_steps: int):
+        self.learner, self.every_n_steps = learner, every_n_steps
+        self._last = learner.version
+
+    def __call__(self, item: Any, ctx: Context) -> Any:
+        if self.learner.version - self._last >= self.every_n_steps:
+            self.learner.update_target()
+            self._last = self.learner.version
+            ctx.counters[NUM_TARGET_UPDATES] += 1
+        return item
+
+
+class UpdateWorkerWeights(Operator):
+    """After a worker's batch, sends it the learner's weights once it has sampled at least
+    ``max_weight_sync_delay`` env steps since its last update (Ape-X's actors fetch
+    parameters every so often rather than after every batch).
+
+    Follows an async gather, which records the worker that produced the batch.
+
+    Example:
+        >>> stored.for_each(UpdateWorkerWeights(learner, workers, max_weight_sync_delay=400))  # doctest: +SKIP
+    """
+
+    def __init__(self, learner: Learner, workers: WorkerSet, max_weight_sync_delay: int):
+        self.learner, self.workers, self.max_delay = learner, workers, max_weight_sync_delay
+        self._steps: dict[int, int] = {}
+        self._cache: tuple[int, Any] = (-1, None)
+
+    def __call__(self, batch: SampleBatch, ctx: Context) -> SampleBatch:
+        assert ctx.current_actor is not None, "UpdateWorkerWeights follows a gather from the workers"
+        index = ctx.current_actor[0]
+        self._steps[index] = self._steps.get(index, 0) + batch.env_steps
+        if self._steps[index] >= self.max_delay:
+            version = self.learner.version
+            if self._cache[0] != version:
+                self._cache = (version, self.learner.get_weights())
+            self.workers.set_weights_of(index, self._cache[1], version)
+            self._steps[index] = 0
+            ctx.counters[NUM_WEIGHT_SYNCS] += 1
+        return batch

@@ -1,0 +1,102 @@
+"""The policy: a network plus an action distribution, and every way of acting with them.
+
+Rollout workers, the learner's losses, device mode, evaluation and multi-agent runs all
+act through a :class:`Policy`. Its network maps observations to *distribution inputs*
+``[B, D]`` and a value ``[B]`` (:func:`actor_critic_outputs`), or to Q-values that the policy
+reads as inputs and ``max_a Q`` (:func:`q_value_outputs`); its distribution
+(:mod:`jaxflow.policies.distributions`) turns the inputs into actions.
+
+A recurrent policy is the same object with ``recurrent`` set: ``initial_state`` and
+``reset_state`` give and reset its carry. The policies here are feed-forward, so both
+return ``None``; acting code passes the state along without looking inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxflow.policies.distributions import ActionDistribution
+
+Array = jax.Array
+
+
+def actor_critic_outputs(out: tuple[Array, Array]) -> tuple[Array, Array]:
+    """An actor-critic network already returns ``(distribution inputs, value)``."""
+    return out
+
+
+def q_value_outputs(q: Array) -> tuple[Array, Array]:
+    """A Q-network's ``[B, A]`` values as a policy reads them: the inputs of its greedy
+    distribution, and the greedy value ``max_a Q(s, a)`` (what a truncated episode bootstraps from)."""
+    return q, q.max(axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A network, how to read its output, and an action distribution.
+
+    Example:
+        >>> policy = Policy(MLPActorCritic(2), Categorical(2), obs_shape=(4,))  # doctest: +SKIP
+        >>> params = policy.init(jax.random.PRNGKey(0))                          # doctest: +SKIP
+        >>> actions, logp, inputs, value = policy.act(key, params, obs)         # doctest: +SKIP
+    """
+
+    network: nn.Module
+    distribution: ActionDistribution
+    obs_shape: tuple[int, ...]
+    outputs: Callable[[Any], tuple[Array, Array]] = actor_critic_outputs
+    """Reads the network's output as ``(distribution inputs, value)``."""
+    recurrent: bool = False
+    """Whether acting carries a state from step to step (see :meth:`initial_state`)."""
+
+    def init(self, key: Array) -> Any:
+        """Fresh parameters for one observation's shape."""
+        return self.network.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))
+
+    def apply(self, params: Any, obs: Array) -> tuple[Array, Array]:
+        """``(distribution inputs [B, D], value [B])``: what losses call as ``apply_fn``."""
+        return self.outputs(self.network.apply(params, obs))
+
+    def act(self, key: Array, params: Any, obs: Array) -> tuple[Array, Array, Array, Array]:
+        """Samples actions in JAX: ``(actions, log-probabilities, distribution inputs, values)``."""
+        inputs, value = self.apply(params, obs)
+        actions, logp = self.distribution.sample(key, inputs)
+        return actions, logp, inputs, value
+
+    def greedy(self, params: Any, obs: Array) -> Array:
+        """The distribution's most likely action per observation (evaluation)."""
+        inputs, _ = self.apply(params, obs)
+        return self.distribution.mode(inputs)
+
+    def forward_packed(self, params: Any, obs: Array) -> Array:
+        """``[B, D + 1]``: the distribution inputs, then the value, as one array, so that a
+        rollout worker's step costs one compiled call and one transfer to the host."""
+        inputs, value = self.apply(params, obs)
+        return jnp.concatenate([inputs.reshape(inputs.shape[0], -1), value[:, None]], axis=-1)
+
+    def sample_host(self, rng: np.random.Generator, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Samples actions in numpy from distribution inputs on the host (rollout workers)."""
+        return self.distribution.sample_host(rng, inputs)
+
+    def initial_state(self, batch_size: int) -> Any:
+        """The carry of a recurrent policy for ``batch_size`` new episodes (None: feed-forward)."""
+        del batch_size
+        return None
+
+    def reset_state(self, state: Any, episode_starts: Array) -> Any:
+        """``state`` with the rows of newly started episodes reset (None: feed-forward)."""
+        del episode_starts
+        return state
+
+
+def unpack(packed: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Policy.forward_packed`'s ``[B, D + 1]`` output -> host ``(inputs [B, D], values [B])``."""
+    out = np.asarray(packed)
+    return out[:, :-1], out[:, -1]

@@ -1,0 +1,24 @@
+"""Replay: a prioritized buffer on the host, replay rows, shards as Ray actors, a buffer on the device."""
+
+from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
+from jaxflow.replay.on_device import DeviceReplayState
+from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError
+from jaxflow.replay.shards import ReplayShards
+from jaxflow.replay.stacks import encode_stacks
+from jaxflow.replay.sum_tree import SumTree
+from jaxflow.replay.transitions import decode_rows, encode_fragment, rows_to_invalidate
+
+__all__ = [
+    "DeviceReplayState",
+    "PrioritizedReplayBuffer",
+    "ReplayBatch",
+    "ReplayRows",
+    "ReplayShard",
+    "ReplayShardError",
+    "ReplayShards",
+    "SumTree",
+    "decode_rows",
+    "encode_fragment",
+    "encode_stacks",
+    "rows_to_invalidate",
+]

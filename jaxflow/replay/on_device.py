@@ -1,0 +1,85 @@
+"""A replay buffer that lives on the device, as pure functions over a :class:`DeviceReplayState`.
+
+Proportional prioritized replay (Schaul et al., 2016, "Prioritized Experience Replay") for
+on-device training: a ring of transitions with one priority ``p_i^alpha`` each (``alpha=0``:
+uniform), stratified sampling by inverse CDF (``cumsum`` + ``searchsorted``, one pass of
+the priorities per sampled batch, which on an accelerator is cheaper than keeping a
+sum-tree in step with scatter updates), and importance weights ``(N P(i))^-beta``
+normalised by their buffer-wide maximum, as :class:`~jaxflow.replay.PrioritizedReplayBuffer`
+does on the host. Everything is traceable, so the buffer can be carried through
+``lax.scan`` and ``vmap``-ed over independent agents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+class DeviceReplayState(NamedTuple):
+    """Transitions ``data[name]: [capacity, ...]``, their priorities ``p^alpha`` (0 where empty),
+    the next slot to write and the number of filled slots."""
+
+    data: dict[str, Array]
+    priorities: Array
+    position: Array
+    size: Array
+
+
+def init(example: Mapping[str, Array], capacity: int) -> DeviceReplayState:
+    """An empty buffer for transitions shaped like ``example`` (one transition, no batch axis)."""
+    data = {k: jnp.zeros((capacity,) + jnp.shape(v), jnp.result_type(v)) for k, v in example.items()}
+    return DeviceReplayState(
+        data, jnp.zeros((capacity,), jnp.float32), jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+    )
+
+
+def add(state: DeviceReplayState, items: Mapping[str, Array], priorities: Array, alpha: float) -> DeviceReplayState:
+    """Writes ``n`` transitions (``items[name]: [n, ...]``) over the oldest slots, with
+    priorities ``priorities ** alpha``; ``n`` must not exceed the capacity."""
+    capacity = state.priorities.shape[0]
+    n = priorities.shape[0]
+    chex.assert_tree_shape_prefix(dict(items), (n,))
+    if n > capacity:
+        raise ValueError(f"cannot add {n} transitions to a replay buffer of capacity {capacity}")
+    slots = (state.position + jnp.arange(n)) % capacity
+    data = {k: v.at[slots].set(items[k].astype(v.dtype)) for k, v in state.data.items()}
+    return DeviceReplayState(
+        data,
+        state.priorities.at[slots].set(jnp.power(priorities, alpha).astype(jnp.float32)),
+        (state.position + n) % capacity,
+        jnp.minimum(state.size + n, capacity),
+    )
+
+
+def sample(
+    state: DeviceReplayState, key: Array, batch_size: int, beta: Array | float
+) -> tuple[dict[str, Array], Array, Array]:
+    """``(transitions, slots, importance_weights)`` of ``batch_size`` draws, slot ``i`` with
+    probability ``p_i / sum_j p_j``: one draw from each of ``batch_size`` equal slices of the
+    priority mass (stratified, as in Schaul et al.'s rank-free proportional variant).
+
+    Weights are ``(p_i / p_min)^-beta``, i.e. ``(N P(i))^-beta`` divided by the largest weight
+    any filled slot could get, so they lie in ``(0, 1]``.
+    """
+    cdf = jnp.cumsum(state.priorities)
+    total = cdf[-1]
+    u = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) * (total / batch_size)
+    # searchsorted may land past the last filled slot through float round-off at the top of the CDF.
+    slots = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), state.size - 1).astype(jnp.int32)
+    p = state.priorities[slots]
+    filled = jnp.arange(state.priorities.shape[0]) < state.size
+    p_min = jnp.min(jnp.where(filled & (state.priorities > 0), state.priorities, jnp.inf))
+    weights = jnp.power(p / p_min, -beta)
+    return {k: v[slots] for k, v in state.data.items()}, slots, weights
+
+
+def update_priorities(state: DeviceReplayState, slots: Array, priorities: Array, alpha: float) -> DeviceReplayState:
+    """Sets the priorities of ``slots`` to ``priorities ** alpha`` (the last write wins for repeats)."""
+    return state._replace(priorities=state.priorities.at[slots].set(jnp.power(priorities, alpha).astype(jnp.float32)))

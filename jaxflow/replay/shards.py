@@ -1,0 +1,177 @@
+"""N replay shard actors, the :class:`~jaxflow.dataflow.actors.ActorSource` that
+``ParallelReplay`` gathers from, saved and restored with checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import ray
+
+from jaxflow.dataflow.actors import jax_actor
+from jaxflow.replay.shard import ReplayShard, ReplayShardError
+
+log = logging.getLogger(__name__)
+
+
+class ReplayShards:
+    """N :class:`ReplayShard` actors; the :class:`~jaxflow.dataflow.actors.ActorSource` of ``ParallelReplay``.
+
+    Shards take no CPU from Ray's scheduler (``num_cpus=0``), so they never keep a
+    rollout worker from starting; each has its own generator, seeded from ``seed``
+    through ``SeedSequence.spawn`` so the shards' draws are independent.
+    ``batch_size``, ``beta`` (a number, or a function of nothing evaluated per
+    request, for annealing) and ``sample_wait_s`` are what a ``"sample"`` request asks
+    for; :meth:`sampling` gives a view with other values over the same actors. A shard
+    waits up to ``sample_wait_s`` for the rate limiter before answering "not ready", so
+    a starved reader waits in the shard rather than polling it; keep it well below
+    ``timeout_s``, after which a silent shard counts as failed.
+
+    :meth:`save` and :meth:`load` write and read every shard's contents beside a learner
+    checkpoint. With ``on_failure="restart"`` a dead shard is recreated and reloaded
+    from the last checkpoint saved or loaded (empty if there was none); with ``"raise"``
+    its failure ends the run.
+
+    Example:
+        >>> shards = ReplayShards(4, capacity=100_000, samples_per_insert=8, error_buffer=1000)  # doctest: +SKIP
+        >>> ray.get(shards.actors[0].stats.remote())["size"]                                     # doctest: +SKIP
+        0
+    """
+
+    def __init__(
+        self,
+        num_shards: int,
+        capacity: int,
+        alpha: float = 0.6,
+        seed: int = 0,
+        samples_per_insert: float | None = None,
+        min_size_to_sample: int = 1,
+        error_buffer: float = 0.0,
+        batch_size: int = 32,
+        beta: float | Callable[[], float] = 0.4,
+        sample_wait_s: float = 0.1,
+        max_concurrency: int = 16,
+        timeout_s: float = 60.0,
+        on_failure: str = "raise",
+    ):
+        if num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1, got {num_shards}.")
+        if on_failure not in ("raise", "restart"):
+            raise ValueError(f"on_failure must be 'raise' or 'restart', got {on_failure!r}.")
+        self.batch_size, self.beta, self.sample_wait_s, self.timeout_s = batch_size, beta, sample_wait_s, timeout_s
+        self.on_failure_mode = on_failure
+        # Shared with the views made by sampling(), whichever of them sees a failure.
+        self._recovery: dict[str, Any] = {"restore_from": None, "num_restarts": 0, "restored_sizes": {}}
+        # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
+        self._actor_cls = jax_actor(ReplayShard, num_cpus=0, max_concurrency=max_concurrency)
+        self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
+        self._args = (capacity, alpha, samples_per_insert, min_size_to_sample, error_buffer)
+        self._generations = [0] * num_shards
+        self.actors: list[Any] = [self._create(i) for i in range(num_shards)]
+
+    @property
+    def num_restarts(self) -> int:
+        return self._recovery["num_restarts"]
+
+    @property
+    def restored_sizes(self) -> dict[int, int]:
+        """Items each restarted shard got back from the checkpoint, by shard index (the last restart)."""
+        return dict(self._recovery["restored_sizes"])
+
+    @property
+    def restore_from(self) -> str | None:
+        """Checkpoint directory a restarted shard reloads from: the last one saved to
+        (once its caller calls :meth:`saved_at`) or loaded from."""
+        return self._recovery["restore_from"]
+
+    def saved_at(self, directory: str) -> None:
+        """Records that a checkpoint written by :meth:`save` now lives at ``directory``."""
+        self._recovery["restore_from"] = directory
+
+    def _create(self, i: int, generation: int = 0) -> Any:
+        capacity, alpha, spi, min_size, slack = self._args
+        return self._actor_cls.remote(capacity, alpha, self._seeds[i], i, spi, min_size, slack, generation)
+
+    def sampling(
+        self, batch_size: int, beta: float | Callable[[], float], sample_wait_s: float | None = None
+    ) -> ReplayShards:
+        """A view over the same actors whose ``"sample"`` requests use these values."""
+        view = copy.copy(self)
+        view.batch_size, view.beta = batch_size, beta
+        if sample_wait_s is not None:
+            view.sample_wait_s = sample_wait_s
+        return view
+
+    def live(self) -> list[tuple[int, Any]]:
+        return list(enumerate(self.actors))
+
+    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
+        if fns:
+            raise ValueError(
+                "ReplayShards: par_for_each is not supported; transform batches with for_each after gathering."
+            )
+        if method == "sample":
+            beta = self.beta() if callable(self.beta) else self.beta
+            return handle.sample.remote(self.batch_size, float(beta), self.sample_wait_s)
+        return getattr(handle, method).remote()
+
+    def on_failure(self, index: int, error: BaseException) -> None:
+        if self.on_failure_mode == "raise":
+            raise ReplayShardError(
+                f"replay shard {index} failed: {error}. Set on_worker_failure='restart' to recreate it from the last checkpoint."
+            ) from error
+        try:
+            # Requests that were in flight to a shard already replaced fail too; its replacement answers.
+            ray.get(self.actors[index].ping.remote(), timeout=min(10.0, self.timeout_s))
+            return
+        except ray.exceptions.RayError:
+            pass
+        ray.kill(self.actors[index], no_restart=True)
+        self._generations[index] += 1
+        new = self._create(index, self._generations[index])
+        path = self._path(self.restore_from, index) if self.restore_from else None
+        restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path and os.path.exists(path) else 0
+        self.actors[index] = new
+        self._recovery["num_restarts"] += 1
+        self._recovery["restored_sizes"][index] = restored
+        log.warning(
+            "replay shard %d failed (%s); restarted it with %d items from %s", index, error, restored, path or "nothing"
+        )
+
+    @staticmethod
+    def _path(directory: str, index: int) -> str:
+        return os.path.join(directory, f"replay_shard_{index}.npz")
+
+    def save(self, directory: str) -> list[int]:
+        """Every shard writes its contents under ``directory`` (in parallel); returns their sizes.
+
+        The shards write the files themselves, so on a multi-node cluster ``directory``
+        must be on storage every node can reach.
+        """
+        return ray.get([a.save.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
+
+    def load(self, directory: str) -> list[int]:
+        """Restores every shard from files written by :meth:`save`; returns their sizes."""
+        missing = [p for p in (self._path(directory, i) for i in range(len(self.actors))) if not os.path.exists(p)]
+        if missing:
+            raise FileNotFoundError(
+                f"No replay contents for {len(missing)} of {len(self.actors)} shards: {missing[0]} ..."
+            )
+        sizes = ray.get([a.load.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
+        self.saved_at(directory)
+        return sizes
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Every shard's :meth:`ReplayShard.stats`, in shard order."""
+        return ray.get([a.stats.remote() for a in self.actors], timeout=self.timeout_s)
+
+    def stop(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        # Cleared in place, so that views made by sampling() see the shards gone too.
+        self.actors.clear()

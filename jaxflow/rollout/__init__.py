@@ -1,0 +1,52 @@
+"""Rollouts: batches, rollout workers (single- and multi-agent) and the worker set."""
+
+from jaxflow.rollout.batch import (
+    PER_ENV_FIELDS,
+    GradientsResult,
+    SampleBatch,
+    SampleTiming,
+    concat_batches,
+    flatten_time_major,
+    sum_timings,
+)
+from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
+from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
+from jaxflow.rollout.sample_ahead import SampleAhead
+from jaxflow.rollout.worker import (
+    Rollout,
+    RolloutWorker,
+    Stopwatch,
+    WorkerSpec,
+    make_vector_envs,
+    sample_categorical,
+    split_packed,
+)
+from jaxflow.rollout.worker_set import STARTUP_TIMEOUT_S, WorkerCrashedError, WorkerSet
+
+__all__ = [
+    "PER_ENV_FIELDS",
+    "STARTUP_TIMEOUT_S",
+    "GradientsResult",
+    "HostPostprocess",
+    "MultiAgentBatch",
+    "MultiAgentRolloutWorker",
+    "MultiAgentWorkerSpec",
+    "Rollout",
+    "RolloutWorker",
+    "SampleAhead",
+    "SampleBatch",
+    "SampleTiming",
+    "Stopwatch",
+    "WorkerCrashedError",
+    "WorkerSet",
+    "WorkerSpec",
+    "concat_batches",
+    "evaluate_policy",
+    "example_train_batch",
+    "flatten_time_major",
+    "make_vector_envs",
+    "sample_categorical",
+    "split_packed",
+    "sum_timings",
+]

@@ -1,0 +1,38 @@
+"""Running a policy's greedy actions for a number of episodes, on the host."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxflow import envs
+from jaxflow.networks.build import greedy_action
+
+
+def evaluate_policy(config: Any, network: Any, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
+    """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes."""
+    seed = config.seed + 7_777_777 if seed is None else seed
+    env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
+    act = jax.jit(functools.partial(greedy_action, network.apply))
+    returns, lengths = [], []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed + e)
+        done, total, n = False, 0.0, 0
+        while not done:
+            action = int(act(params, np.asarray(obs, np.float32)[None])[0])
+            obs, r, terminated, truncated, _ = env.step(action)
+            total, n, done = total + float(r), n + 1, terminated or truncated
+        returns.append(total)
+        lengths.append(n)
+    env.close()
+    r = np.asarray(returns)
+    return {
+        "episodes": episodes,
+        "return_mean": float(r.mean()),
+        "return_std": float(r.std()),
+        "returns": returns,
+        "lengths": lengths,
+    }

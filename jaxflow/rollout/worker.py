@@ -1,0 +1,287 @@
+"""The rollout worker: steps its environments with the current policy and returns fragments."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxflow import envs
+from jaxflow.dataflow.iterators import _call
+from jaxflow.networks.build import forward_packed
+from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
+from jaxflow.rollout.postprocess import HostPostprocess
+from jaxflow.rollout.sample_ahead import SampleAhead
+
+
+class Stopwatch:
+    """Adds up the seconds spent inside ``with`` blocks: a worker's time in its envs and in
+    waits for the policy, for :class:`SampleTiming`.
+
+    Example:
+        >>> env_watch = Stopwatch()
+        >>> with env_watch:
+        ...     step = env.step(actions)  # doctest: +SKIP
+        >>> env_watch.seconds  # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def __enter__(self) -> Stopwatch:
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.seconds += time.perf_counter() - self._start
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    """What a rollout worker needs: the algorithm's config, network and pure functions.
+
+    ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE),
+    compiled for the CPU with the fields it passes through kept out (:class:`HostPostprocess`);
+    ``encode(traj, config)`` then runs in numpy on the host (e.g. packing replay rows);
+    ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute gradients (A3C);
+    ``explore(rng, logits, config, worker_index, env_steps) -> (actions, logp)`` picks
+    actions from the network's first output (default: sample the softmax; DQN:
+    epsilon-greedy on Q-values).
+    """
+
+    config: Any
+    network: Any
+    postprocess: Callable[..., Any] | None = None
+    loss: Callable[..., Any] | None = None
+    encode: Callable[..., Any] | None = None
+    explore: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def make_vector_envs(
+    config: Any, seed: int, index: int = 0, incarnation: int = 0, num_groups: int | None = None
+) -> list[Any]:
+    """The vectors of environments a rollout worker of ``config`` steps: ``num_groups``
+    (default ``config.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
+    env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` runs
+    ale-py's emulators in ``num_cpus_per_worker`` threads (at least one) per group; anything
+    else steps gymnasium envs in the worker's own thread."""
+    groups = config.num_env_groups if num_groups is None else num_groups
+    n = config.num_envs_per_worker // groups
+    if config.vector_env == "ale":
+        threads = max(1, int(config.num_cpus_per_worker))
+        return [
+            envs.ALEVectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation, threads)
+            for g in range(groups)
+        ]
+    return [envs.VectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation) for g in range(groups)]
+
+
+class Rollout(NamedTuple):
+    """A fragment as stepped, before the postprocess: what :class:`SampleBatch` is made of."""
+
+    traj: dict[str, np.ndarray]
+    env_steps: int
+    returns: np.ndarray
+    lengths: np.ndarray
+    version: int
+    timing: SampleTiming
+
+
+class RolloutWorker:
+    """Steps its environments with the current policy and returns fragments: one vector, or
+    ``num_env_groups`` vectors stepped in turn (see :func:`make_vector_envs`).
+
+    Used as a Ray actor (see :func:`jax_actor`) or in the driver when ``num_workers == 0``.
+    """
+
+    def __init__(self, spec: WorkerSpec, index: int, incarnation: int = 0, env_entry: Any = None):
+        if env_entry is not None:  # an id registered in the driver only
+            envs.adopt(env_entry)
+        cfg = spec.config
+        self.index, self.incarnation, self.config = index, incarnation, cfg
+        seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
+        self.envs = make_vector_envs(cfg, seed, index, incarnation)
+        apply = spec.network.apply
+        self._forward = jax.jit(functools.partial(forward_packed, apply))
+        self._postprocess = (
+            HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
+        )
+        self._grad = (
+            jax.jit(jax.grad(functools.partial(spec.loss, apply_fn=apply, config=cfg), has_aux=True))
+            if spec.loss
+            else None
+        )
+        self._encode = spec.encode
+        self._explore = spec.explore
+        self._key = jax.random.PRNGKey(seed)
+        self._rng = np.random.default_rng(seed)
+        self._obs = [env.reset() for env in self.envs]
+        self.env_steps = 0
+        # (params, version) as one value: a sampler thread reads both at once.
+        self._weights: tuple[Any, int] = (None, -1)
+        self._ahead = SampleAhead(self._rollout) if cfg.sample_async else None
+
+    @property
+    def params(self) -> Any:
+        return self._weights[0]
+
+    @property
+    def weights_version(self) -> int:
+        return self._weights[1]
+
+    def ping(self) -> int:
+        return self.index
+
+    def set_weights(self, weights: Any, version: int) -> None:
+        self._weights = (jax.device_put(weights), version)
+
+    def sample(self) -> SampleBatch:
+        """One fragment ``[T, B]``: obs, actions, logp, logits, values, rewards, discounts,
+        plus ``bootstrap_value`` and ``last_obs`` ``[B]`` after the last step.
+
+        A truncated episode's last reward gets ``gamma * V(final_obs)`` added and its
+        discount set to 0, so returns bootstrap from the value on a time limit but
+        not on a real termination, and learners need no extra field for it.
+
+        With ``sample_async`` the fragment was stepped by a background thread, which starts
+        on the next one before this one is postprocessed, encoded and returned; its
+        ``timing`` is then the thread's.
+        """
+        if self.params is None:
+            raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
+        start = time.perf_counter()
+        rollout = self._rollout() if self._ahead is None else self._ahead.take()
+        traj = rollout.traj
+        if self._postprocess is not None:
+            traj = self._postprocess(traj)
+        if self._encode is not None:
+            traj = self._encode(traj, self.config)
+        timing = rollout.timing
+        if self._ahead is None:  # postprocessing included
+            timing = timing._replace(sample_s=time.perf_counter() - start)
+        return SampleBatch(traj, rollout.env_steps, rollout.returns, rollout.lengths, rollout.version, timing)
+
+    def _rollout(self) -> Rollout:
+        """Steps the envs for one fragment with the weights in hand when it starts."""
+        params, version = self._weights
+        start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
+        cfg, T, n = self.config, self.config.rollout_fragment_length, self.envs[0].num_envs
+        B = n * len(self.envs)
+        out = [self._forward(params, o) for o in self._obs]
+        obs = np.empty((T, B) + self._obs[0].shape[1:], self._obs[0].dtype)
+        actions = np.empty((T, B), np.int32)
+        logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
+        logits = np.empty((T, B, out[0].shape[1] - 1), np.float32)
+
+        def act(g: int, t: int) -> None:
+            # The copies into the fragment run while the group's emulators (ALE's threads) step.
+            with policy_watch:
+                lg, v = split_packed(out[g])
+            if self._explore is None:
+                a, lp = sample_categorical(self._rng, lg)
+            else:
+                a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B + g * n)
+            with env_watch:
+                self.envs[g].step_async(a)
+            cols = slice(g * n, (g + 1) * n)
+            obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols], logits[t, cols] = self._obs[g], a, lp, v, lg
+
+        def collect(g: int, t: int) -> None:
+            # The next forward pass is dispatched as soon as its observation exists, so on a GPU
+            # it runs during the reward bookkeeping.
+            with env_watch:
+                step = self.envs[g].step_wait()
+            out[g] = self._forward(params, step.obs)
+            r = step.reward
+            bootstrap = step.truncated & ~step.terminated
+            if bootstrap.any():
+                with policy_watch:
+                    r = r + cfg.gamma * bootstrap * split_packed(self._forward(params, step.final_obs))[1]
+            cols = slice(g * n, (g + 1) * n)
+            rewards[t, cols] = r
+            discounts[t, cols] = cfg.gamma * ~(step.terminated | step.truncated)
+            self._obs[g] = step.obs
+
+        # With several groups, one group's emulators run while the worker waits for the policy
+        # on the next group and picks its actions (double buffering at two groups).
+        for g in range(len(self.envs)):
+            act(g, 0)
+        for t in range(T):
+            for g in range(len(self.envs)):
+                collect(g, t)
+                if t + 1 < T:
+                    act(g, t + 1)
+        with policy_watch:
+            bootstrap_value = np.concatenate([split_packed(o)[1] for o in out])
+        last_obs = self._obs[0] if len(self._obs) == 1 else np.concatenate(self._obs)
+        traj = dict(
+            obs=obs,
+            actions=actions,
+            logp=logp,
+            logits=logits,
+            values=values,
+            rewards=rewards,
+            discounts=discounts,
+            bootstrap_value=bootstrap_value,
+            last_obs=last_obs,
+        )
+        self.env_steps += T * B
+        returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
+        timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
+        return Rollout(traj, T * B, returns, lengths, version, timing)
+
+    def close(self) -> None:
+        """Stops the sampler thread (``sample_async``) and the environments."""
+        if self._ahead is not None:
+            self._ahead.close()
+        for env in self.envs:
+            env.close()
+
+    def compute_gradients(self, batch: SampleBatch) -> GradientsResult:
+        """Gradients of the algorithm's loss on ``batch`` at the worker's current weights."""
+        if self._grad is None:
+            raise RuntimeError(f"rollout worker {self.index}: compute_gradients() needs a WorkerSpec with the loss")
+        self._key, key = jax.random.split(self._key)
+        grads, metrics = self._grad(self.params, flatten_time_major(batch.data), key)
+        grads, metrics = jax.device_get((grads, metrics))
+        return GradientsResult(
+            grads,
+            {k: float(v) for k, v in metrics.items()},
+            batch.env_steps,
+            batch.episode_returns,
+            batch.episode_lengths,
+            batch.weights_version,
+            batch.timing,
+        )
+
+    def run_chain(self, method: str, fns: Sequence[Callable[..., Any]]) -> Any:
+        """Calls ``method`` then ``fns`` in order on its result: ``par_for_each`` on the actor side."""
+        item = getattr(self, method)()
+        for fn in fns:
+            item = _call(fn, item, self)
+        return item
+
+
+def split_packed(packed: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``forward_packed``'s ``[B, A + 1]`` output (one compiled call, one host transfer per
+    step: rollouts are dispatch-bound) -> host ``(logits [B, A], values [B])``."""
+    out = np.asarray(packed)
+    return out[:, :-1], out[:, -1]
+
+
+def sample_categorical(rng: np.random.Generator, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Samples ``a ~ softmax(logits)`` per row by the Gumbel-max trick; returns ``(a, log p(a))``.
+
+    Done in numpy on the host: drawing the noise with JAX's counter-based PRNG
+    inside the jitted policy costs more than the network itself on a CPU.
+    """
+    actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1).astype(np.int32)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return actions, np.take_along_axis(logp, actions[:, None], axis=-1)[:, 0].astype(np.float32)

@@ -1,0 +1,182 @@
+"""The rollout workers of a run as Ray actors: created together, given weights through the
+object store, replaced or dropped when they die.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from jaxflow import envs
+from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.actors import jax_actor
+from jaxflow.rollout.worker import RolloutWorker
+
+log = logging.getLogger(__name__)
+
+
+STARTUP_TIMEOUT_S = 180.0
+
+
+class WorkerCrashedError(RuntimeError):
+    """A rollout worker died (or hung) and ``on_worker_failure="raise"``."""
+
+
+class _InDriver:
+    """Stands in for an actor handle when sampling happens in the driver (num_workers=0)."""
+
+    def __init__(self, worker: RolloutWorker):
+        self.worker = worker
+
+
+class WorkerSet:
+    """The rollout workers of a run: created together, given weights through the object
+    store (one ``ray.put``, many readers), and replaced or dropped when they die.
+
+    It is the :class:`~jaxflow.dataflow.actors.ActorSource` behind ``ParallelRollouts``.
+    """
+
+    def __init__(self, spec: Any, weights: Any, version: Any = 0, worker_cls: type | None = None):
+        cfg = spec.config
+        self.spec, self.config = spec, cfg
+        self.worker_cls = worker_cls or RolloutWorker
+        # Multi-agent workers take each policy's weights on their own and keep the rest.
+        self._merge = getattr(self.worker_cls, "merge_weights", lambda old, new: new)
+        self._weights = self._version = None
+        self.timeout_s = cfg.worker_timeout_s
+        self.num_restarts = 0
+        self._incarnation: dict[int, int] = {}
+        self._slots: dict[int, Any] = {}
+        if cfg.num_workers == 0:
+            self._slots[0] = _InDriver(self.worker_cls(spec, 0))
+        else:
+            # Ray would queue actors that cannot be placed forever; say so instead.
+            need = cfg.num_workers * cfg.num_cpus_per_worker
+            free, total = _free_cpus(need), ray.cluster_resources().get("CPU", 0)
+            if need > free:
+                raise ConfigError(
+                    f"num_workers={cfg.num_workers} x num_cpus_per_worker={cfg.num_cpus_per_worker} needs {need:g} "
+                    f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
+                    "lower num_workers or num_cpus_per_worker, or stop the other run."
+                )
+            gpus = cfg.num_workers * cfg.num_gpus_per_worker
+            have = ray.cluster_resources().get("GPU", 0)
+            if gpus > have:
+                raise ConfigError(
+                    f"num_workers={cfg.num_workers} x num_gpus_per_worker={cfg.num_gpus_per_worker} needs {gpus:g} "
+                    f"GPUs but the Ray cluster has {have:g}; set num_gpus_per_worker=0 to act on the workers' CPUs"
+                    + (
+                        f", or at most {have / cfg.num_workers:g} for the workers to share the GPUs there are."
+                        if have
+                        else "."
+                    )
+                )
+            self._actor_cls = jax_actor(
+                self.worker_cls, num_gpus=cfg.num_gpus_per_worker, num_cpus=cfg.num_cpus_per_worker, max_restarts=0
+            )
+            for i in range(cfg.num_workers):
+                self._slots[i] = self._create(i)
+            self._check_started(list(self._slots.items()))
+        self.sync_weights(weights, version)
+
+    def _create(self, index: int) -> Any:
+        incarnation = self._incarnation.get(index, -1) + 1
+        self._incarnation[index] = incarnation
+        return self._actor_cls.remote(self.spec, index, incarnation, envs.custom_entry(self.config.env))
+
+    def _check_started(self, slots: list[tuple[int, Any]]) -> None:
+        # Start-up (a new process importing JAX) may take longer than a reply to sample().
+        for i, h in slots:
+            try:
+                ray.get(h.ping.remote(), timeout=max(self.timeout_s, STARTUP_TIMEOUT_S))
+            except ray.exceptions.RayError as e:
+                raise WorkerCrashedError(f"rollout worker {i} failed to start: {e}") from e
+
+    @property
+    def local_worker(self) -> RolloutWorker | None:
+        """The in-driver worker when ``num_workers == 0``, else None."""
+        slot = self._slots.get(0)
+        return slot.worker if isinstance(slot, _InDriver) else None
+
+    @property
+    def num_healthy(self) -> int:
+        return len(self._slots)
+
+    def live(self) -> list[tuple[int, Any]]:
+        return sorted(self._slots.items(), key=lambda s: s[0])
+
+    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
+        if isinstance(handle, _InDriver):
+            return ray.put(handle.worker.run_chain(method, fns))
+        return handle.run_chain.remote(method, fns)
+
+    def sync_weights(self, weights: Any, version: Any) -> None:
+        """Sends ``weights`` to every worker: one object-store put, read by all."""
+        self._weights, self._version = self._merge(self._weights, weights), self._merge(self._version, version)
+        ref = ray.put(weights) if any(not isinstance(h, _InDriver) for h in self._slots.values()) else None
+        for h in self._slots.values():
+            if isinstance(h, _InDriver):
+                h.worker.set_weights(weights, version)
+            else:
+                h.set_weights.remote(ref, version)
+
+    def set_weights_of(self, index: int, weights: Any, version: Any) -> None:
+        """Sends ``weights`` to worker ``index`` alone (A3C); they also become the
+        weights a restarted worker starts from."""
+        self._weights, self._version = self._merge(self._weights, weights), self._merge(self._version, version)
+        h = self._slots.get(index)
+        if isinstance(h, _InDriver):
+            h.worker.set_weights(weights, version)
+        elif h is not None:
+            h.set_weights.remote(weights, version)
+
+    def on_failure(self, index: int, error: BaseException) -> None:
+        mode = self.config.on_worker_failure
+        if mode == "raise":
+            raise WorkerCrashedError(
+                f"rollout worker {index} died or stopped answering: {type(error).__name__}: {error}. "
+                "Set on_worker_failure='restart' to recreate it or 'ignore' to continue without it."
+            ) from error
+        old = self._slots.pop(index)
+        if not isinstance(old, _InDriver):
+            ray.kill(old, no_restart=True)
+        if mode == "ignore":
+            log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
+            return
+        new = self._create(index)
+        self._check_started([(index, new)])
+        new.set_weights.remote(ray.put(self._weights), self._version)
+        self._slots[index] = new
+        self.num_restarts += 1
+        log.warning("rollout worker %d failed (%s); restarted it (restart #%d)", index, error, self.num_restarts)
+
+    def stop(self) -> None:
+        """Kills the worker actors and waits (up to 30 s) until they are gone, so the next
+        run in this process finds their CPUs free."""
+        actors = [h for h in self._slots.values() if not isinstance(h, _InDriver)]
+        for h in self._slots.values():
+            if isinstance(h, _InDriver):
+                h.worker.close()
+        for h in actors:
+            ray.kill(h, no_restart=True)
+        self._slots.clear()
+        for h in actors:
+            try:
+                ray.get(h.ping.remote(), timeout=30)
+            except ray.exceptions.RayError:
+                pass
+
+
+def _free_cpus(need: float, patience_s: float = 15.0) -> float:
+    """Free CPUs in the Ray cluster, waiting up to ``patience_s`` for ``need`` of them:
+    actors killed a moment ago release theirs asynchronously."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        free = ray.available_resources().get("CPU", 0)
+        if free >= need or time.monotonic() > deadline:
+            return free
+        time.sleep(0.1)

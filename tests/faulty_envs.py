@@ -1,0 +1,80 @@
+"""Environments that misbehave on purpose, for fault-injection and bad-input tests.
+
+Importing this module registers them as ``test/<Name>-v0``. Ray worker processes never
+import it: a run sends the registry entry of its environment to its workers
+(``envs.custom_entry``), and this module is pickled by value, so the workers need no
+``tests`` on their path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import gymnasium
+import ray.cloudpickle
+
+from jaxflow.envs.registry import EnvContext, register
+
+
+class CrashAtStep(gymnasium.Wrapper):
+    """CartPole whose process dies (``os._exit``) at a chosen step.
+
+    Only the copy with ``vector_index == 0`` on worker ``crash_worker`` crashes, and
+    only in its first incarnation, so a restarted worker runs on normally.
+    """
+
+    def __init__(self, context: EnvContext, crash_at_step: int = 100, crash_worker: int = 1, mode: str = "exit"):
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self._armed = context.worker_index == crash_worker and context.vector_index == 0 and context.incarnation == 0
+        self._at, self._mode, self._steps = crash_at_step, mode, 0
+
+    def step(self, action):
+        self._steps += 1
+        if self._armed and self._steps >= self._at:
+            if self._mode == "hang":
+                time.sleep(3600)
+            os._exit(1)
+        return self.env.step(action)
+
+
+class WrongObservationShape(gymnasium.Wrapper):
+    """CartPole that declares a 4-vector observation but returns a 3-vector after reset."""
+
+    def __init__(self, context: EnvContext):
+        del context
+        super().__init__(gymnasium.make("CartPole-v1"))
+
+    def step(self, action):
+        obs, r, te, tr, info = self.env.step(action)
+        return obs[:3], r, te, tr, info
+
+
+class SlowStep(gymnasium.Wrapper):
+    """CartPole that sleeps ``step_s`` seconds in every step: an emulator of known cost."""
+
+    def __init__(self, context: EnvContext, step_s: float = 0.005):
+        del context
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self._step_s = step_s
+
+    def step(self, action):
+        time.sleep(self._step_s)
+        return self.env.step(action)
+
+
+register(
+    "test/CrashAtStep-v0",
+    CrashAtStep,
+    "CartPole whose worker process exits (or hangs) at a chosen step; for fault tests",
+)
+register(
+    "test/WrongObservationShape-v0",
+    WrongObservationShape,
+    "CartPole returning observations of the wrong shape; for bad-input tests",
+)
+register("test/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per step; for timing tests")
+
+# Functions and classes of this module travel to the Ray workers by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
