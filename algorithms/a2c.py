@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import chex
-import distrax
 import jax
 import jax.numpy as jnp
 import rlax
@@ -29,6 +28,7 @@ from jaxflow import (
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps
+from jaxflow.policies import Policy
 
 Array = jax.Array
 
@@ -83,16 +83,16 @@ def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
 
 
 def loss(
-    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any
+    params: Any, batch: Mapping[str, Array], rng: Array, *, policy: Policy, config: Any
 ) -> tuple[Array, dict[str, Array]]:
     """Advantage actor-critic loss on a flat batch: policy gradient + value regression - entropy."""
     del rng
-    logits, v = apply_fn(params, batch["obs"])
+    inputs, v = policy.apply(params, batch["obs"])
     chex.assert_equal_shape([v, batch["value_targets"]])
-    dist = distrax.Categorical(logits=logits)
-    pg_loss = -jnp.mean(dist.log_prob(batch["actions"]) * jax.lax.stop_gradient(batch["advantages"]))
+    dist = policy.distribution
+    pg_loss = -jnp.mean(dist.log_prob(inputs, batch["actions"]) * jax.lax.stop_gradient(batch["advantages"]))
     value_loss = 0.5 * jnp.mean(jnp.square(batch["value_targets"] - v))
-    entropy = jnp.mean(dist.entropy())
+    entropy = jnp.mean(dist.entropy(inputs))
     total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     return total, {"policy_loss": pg_loss, "value_loss": value_loss, "entropy": entropy}
 

@@ -29,8 +29,8 @@ from jaxflow import (
 from jaxflow.algorithms.dqn import DQNConfig, beta_schedule, encode, epsilon_greedy, loss, make_replay, postprocess
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice, device_data
-from jaxflow.networks.build import q_network
 from jaxflow.ops.train_ops import replay_train_batch
+from jaxflow.policies import q_policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,9 +136,7 @@ APEX = register_algorithm(
         plan,
         postprocess,
         sgd=lambda c: (1, c.train_batch_size),
-        network=lambda c, obs_shape, num_actions: q_network(
-            obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling
-        ),
+        policy=q_policy,
         target_network=True,
         replay=make_limited_replay,
         explore=explore,

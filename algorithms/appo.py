@@ -16,6 +16,7 @@ import rlax
 from jaxflow import AlgorithmSpec, register_algorithm
 from jaxflow.algorithms.impala import IMPALA, IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
 from jaxflow.config.fields import POSITIVE, param, require
+from jaxflow.policies import Policy
 
 Array = jax.Array
 
@@ -41,12 +42,12 @@ class APPOConfig(IMPALAConfig):
 
 
 def loss(
-    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: APPOConfig
+    params: Any, batch: Mapping[str, Array], rng: Array, *, policy: Policy, config: APPOConfig
 ) -> tuple[Array, dict[str, Array]]:
     """Clipped surrogate on V-trace advantages + value regression to V-trace targets -
     entropy bonus; the ratio is between the current policy and the actors' behaviour policy."""
     del rng
-    logp_t, entropy_t, values = evaluate_sequences(params, batch, apply_fn)
+    logp_t, entropy_t, values = evaluate_sequences(params, batch, policy)
     vs, adv, log_rho = vtrace_targets(batch, logp_t, values, config)
     ratio = jnp.exp(log_rho)
     pg_loss = rlax.clipped_surrogate_pg_loss(ratio.reshape(-1), adv.reshape(-1), config.clip_eps)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import chex
 import jax
@@ -37,8 +37,8 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.networks.build import q_network
 from jaxflow.ops.multiagent_ops import CountPolicyUpdates
+from jaxflow.policies import Policy, q_policy
 from jaxflow.replay.buffer import ReplayRows
 from jaxflow.replay.transitions import encode_fragment
 
@@ -149,7 +149,7 @@ def postprocess(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     g, discount, k = n_step_targets(traj["rewards"], traj["discounts"], config.n_step)
     max_q = jnp.concatenate([traj["values"], traj["bootstrap_value"][None]], axis=0)
     max_q_boot = jnp.take_along_axis(max_q, jnp.arange(g.shape[0])[:, None] + k, axis=0)
-    q_taken = jnp.take_along_axis(traj["logits"], traj["actions"][..., None], axis=-1)[..., 0]
+    q_taken = jnp.take_along_axis(traj["dist_inputs"], traj["actions"][..., None], axis=-1)[..., 0]
     td = g + discount * max_q_boot - q_taken
     return dict(
         obs=traj["obs"],
@@ -254,14 +254,17 @@ def td_errors(
 
 
 def loss(
-    params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, apply_fn: Any, config: DQNConfig
+    params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, policy: Policy, config: DQNConfig
 ) -> tuple[Array, dict[str, Array]]:
     """Importance-weighted Huber loss of the TD errors; the per-sample TD errors are
     returned as a metric, for the new replay priorities."""
     del rng
-    q_tm1, _ = apply_fn(params, batch["obs"])
-    q_t_value, _ = apply_fn(target_params, batch["next_obs"])
-    q_t_selector = apply_fn(params, batch["next_obs"])[0] if config.double_q else q_t_value
+
+    def q(p: Any, obs: Array) -> Array:  # a Q-network: [B, A] values (apply without mutable state)
+        return cast(Array, policy.network.apply(p, obs))
+
+    q_tm1, q_t_value = q(params, batch["obs"]), q(target_params, batch["next_obs"])
+    q_t_selector = q(params, batch["next_obs"]) if config.double_q else q_t_value
     td = td_errors(
         q_tm1, batch["actions"], batch["rewards"], batch["discounts"], q_t_value, q_t_selector, config.double_q
     )
@@ -355,9 +358,7 @@ DQN = register_algorithm(
         plan,
         postprocess,
         sgd=lambda c: (1, c.train_batch_size),
-        network=lambda c, obs_shape, num_actions: q_network(
-            obs_shape, num_actions, c.hidden_sizes, c.conv_torso, c.dueling
-        ),
+        policy=q_policy,
         target_network=True,
         replay=make_replay,
         explore=explore,

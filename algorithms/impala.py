@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import chex
-import distrax
 import jax
 import jax.numpy as jnp
 import rlax
@@ -30,6 +29,7 @@ from jaxflow import (
 )
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice, device_data
+from jaxflow.policies import Policy
 from jaxflow.replay.stacks import encode_stacks
 from jaxflow.rollout.batch import PER_ENV_FIELDS
 
@@ -140,7 +140,7 @@ def batch_major(data: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
     return {k: v if k in PER_ENV_FIELDS else v.swapaxes(0, 1) for k, v in data.items()}
 
 
-def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -> tuple[Array, Array, Array]:
+def evaluate_sequences(params: Any, batch: Mapping[str, Array], policy: Policy) -> tuple[Array, Array, Array]:
     """Time-major ``logp(a_t|x_t)``, entropy ``[T, B]`` under ``params`` and values ``[T + 1, B]``
     (the last is the bootstrap value of the observation after the fragment)."""
     if "frames" in batch:
@@ -148,11 +148,13 @@ def evaluate_sequences(params: Any, batch: Mapping[str, Array], apply_fn: Any) -
     else:
         all_obs = jnp.concatenate([batch["obs"], batch["last_obs"][:, None]], axis=1)
     B, T = batch["actions"].shape
-    logits, values = apply_fn(params, all_obs.reshape((B * (T + 1),) + all_obs.shape[2:]))
-    logits = jnp.swapaxes(logits.reshape(B, T + 1, -1), 0, 1)[:-1]
+    inputs, values = policy.apply(params, all_obs.reshape((B * (T + 1),) + all_obs.shape[2:]))
+    # Time-major, the step after the fragment dropped, flat for the distribution: [T * B, D].
+    inputs = jnp.swapaxes(inputs.reshape(B, T + 1, -1), 0, 1)[:-1].reshape(T * B, -1)
     values = jnp.swapaxes(values.reshape(B, T + 1), 0, 1)
-    dist = distrax.Categorical(logits=logits)
-    return dist.log_prob(jnp.swapaxes(batch["actions"], 0, 1)), dist.entropy(), values
+    actions = jnp.swapaxes(batch["actions"], 0, 1).reshape(T * B, *batch["actions"].shape[2:])
+    dist = policy.distribution
+    return dist.log_prob(inputs, actions).reshape(T, B), dist.entropy(inputs).reshape(T, B), values
 
 
 def vtrace_targets(batch: Mapping[str, Array], logp_t: Array, values: Array, config: Any) -> tuple[Array, Array, Array]:
@@ -172,12 +174,12 @@ def vtrace_targets(batch: Mapping[str, Array], logp_t: Array, values: Array, con
 
 
 def loss(
-    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: IMPALAConfig
+    params: Any, batch: Mapping[str, Array], rng: Array, *, policy: Policy, config: IMPALAConfig
 ) -> tuple[Array, dict[str, Array]]:
     """IMPALA's loss: policy gradient with V-trace advantages + value regression to the
     V-trace targets - entropy bonus."""
     del rng
-    logp_t, entropy_t, values = evaluate_sequences(params, batch, apply_fn)
+    logp_t, entropy_t, values = evaluate_sequences(params, batch, policy)
     vs, adv, log_rho = vtrace_targets(batch, logp_t, values, config)
     pg_loss = -jnp.mean(logp_t * adv)
     value_loss = 0.5 * jnp.mean(jnp.square(vs - values[:-1]))

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import chex
-import distrax
 import jax
 import jax.numpy as jnp
 import rlax
@@ -33,6 +32,7 @@ from jaxflow.envs import GYMNAX_PREFIX
 from jaxflow.ondevice.spec import flat_batch
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps, standardize_fields
+from jaxflow.policies import Policy
 
 Array = jax.Array
 
@@ -78,14 +78,14 @@ class PPOConfig(CommonConfig):
 
 
 def loss(
-    params: Any, batch: Mapping[str, Array], rng: Array, *, apply_fn: Any, config: Any
+    params: Any, batch: Mapping[str, Array], rng: Array, *, policy: Policy, config: Any
 ) -> tuple[Array, dict[str, Array]]:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus, on a flat batch."""
     del rng
-    logits, v = apply_fn(params, batch["obs"])
+    inputs, v = policy.apply(params, batch["obs"])
     chex.assert_equal_shape([v, batch["value_targets"], batch["logp"]])
-    dist = distrax.Categorical(logits=logits)
-    log_ratio = dist.log_prob(batch["actions"]) - batch["logp"]
+    dist = policy.distribution
+    log_ratio = dist.log_prob(inputs, batch["actions"]) - batch["logp"]
     ratio = jnp.exp(log_ratio)
     pg_loss = rlax.clipped_surrogate_pg_loss(ratio, batch["advantages"], config.clip_eps)
     value_err = jnp.square(v - batch["value_targets"])
@@ -93,7 +93,7 @@ def loss(
         v_clipped = batch["values"] + jnp.clip(v - batch["values"], -config.vf_clip, config.vf_clip)
         value_err = jnp.maximum(value_err, jnp.square(v_clipped - batch["value_targets"]))
     value_loss = 0.5 * jnp.mean(value_err)
-    entropy = jnp.mean(dist.entropy())
+    entropy = jnp.mean(dist.entropy(inputs))
     total = pg_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     return total, {
         "policy_loss": pg_loss,

@@ -38,7 +38,6 @@ from common import (
 )
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
-from jaxflow.networks.build import forward_packed
 from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("atari_throughput")
@@ -61,9 +60,9 @@ class Stepper:
         self.rng = np.random.default_rng(seed)
         self.forward = None
         if with_policy:
-            network = spec.network(cfg, self.obs.shape[1:], int(self.venv.action_space.n))
-            params = network.init(jax.random.PRNGKey(seed), self.obs[:1].astype(np.float32))
-            self.forward = functools.partial(jax.jit(functools.partial(forward_packed, network.apply)), params)
+            policy = spec.policy(cfg, self.venv.observation_space, self.venv.action_space)
+            params = policy.init(jax.random.PRNGKey(seed))
+            self.forward = functools.partial(jax.jit(policy.forward_packed), params)
 
     def run(self, seconds: float) -> int:
         steps, end = 0, time.perf_counter() + seconds

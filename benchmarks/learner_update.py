@@ -17,6 +17,7 @@ Writes ``results/learner_update.json`` and ``.md`` and prints the report.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import functools
 import os
@@ -85,11 +86,11 @@ def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
     algo, make_batch = CASES[name]
     spec = get_algorithm(algo)
     config = spec.config_cls(env=ENV, seed=seed)
-    network, learner = build_learner(config, spec)
-    xla_network = network.clone(conv=jax.lax.conv_general_dilated)
-    _, xla_learner = build_learner(config, spec, network=xla_network)
+    policy, learner = build_learner(config, spec)
+    xla_policy = dataclasses.replace(policy, network=policy.network.clone(conv=jax.lax.conv_general_dilated))
+    _, xla_learner = build_learner(config, spec, policy=xla_policy)
     num_epochs, minibatch_size = spec.sgd(config)
-    loss_fn = functools.partial(spec.loss, apply_fn=xla_network.apply, config=config)
+    loss_fn = functools.partial(spec.loss, policy=xla_policy, config=config)
     scan = jax.jit(
         functools.partial(
             sgd_update, loss_fn, make_optimizer(config.lr, config.max_grad_norm), num_epochs, minibatch_size

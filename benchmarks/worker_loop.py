@@ -92,8 +92,8 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
 def build_worker(args: argparse.Namespace, variant: dict[str, Any], num_outputs: int) -> RolloutWorker:
     spec = get_algorithm(args.algo)
     config = spec.config_cls(**{**base_config(args), **variant})
-    network, learner = build_learner(config, spec)
-    worker = RolloutWorker(WorkerSpec(config, network, spec.postprocess, None, spec.encode, spec.explore), 0)
+    policy, learner = build_learner(config, spec)
+    worker = RolloutWorker(WorkerSpec(config, policy, spec.postprocess, None, spec.encode, spec.explore), 0)
     worker.set_weights(learner.get_weights(), 0)
     worker.sample()  # compiles
     if args.policy == "free":

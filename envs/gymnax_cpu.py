@@ -14,7 +14,8 @@ import jax
 import numpy as np
 
 
-def _to_gymnasium_space(space: Any) -> gymnasium.Space:
+def to_gymnasium_space(space: Any) -> gymnasium.Space:
+    """The gymnasium space of a gymnax Discrete or Box space."""
     from gymnax.environments import spaces
 
     if isinstance(space, spaces.Discrete):
@@ -32,8 +33,8 @@ class GymnaxCPUEnv(gymnasium.Env):
 
     def __init__(self, env: Any, params: Any, env_id: str, seed: int = 0):
         self._params, self.env_id = params, env_id
-        self.observation_space = _to_gymnasium_space(env.observation_space(params))
-        self.action_space = _to_gymnasium_space(env.action_space(params))
+        self.observation_space = to_gymnasium_space(env.observation_space(params))
+        self.action_space = to_gymnasium_space(env.action_space(params))
         cpu = jax.devices("cpu")[0]
         self._reset = jax.jit(env.reset_env, device=cpu)
         self._step = jax.jit(env.step_env, device=cpu)

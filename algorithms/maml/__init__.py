@@ -23,6 +23,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,6 +51,7 @@ from jaxflow.dataflow.iterators import LocalIterator, Operator
 from jaxflow.envs.tasks import list_task_distributions, make_task_distribution
 from jaxflow.learn.sgd import TrainState, make_optimizer
 from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
+from jaxflow.policies.policy import Policy
 from jaxflow.rollout.worker_set import jax_actor
 
 Array = jax.Array
@@ -140,9 +142,9 @@ class MAMLWorker:
     """A CPU actor that collects one shard of every meta-batch: its own
     ``meta_batch_size / num_workers`` tasks, adapted to locally."""
 
-    def __init__(self, config: MAMLConfig, network: Any, index: int):
+    def __init__(self, config: MAMLConfig, policy: Policy, index: int):
         self.index, self._num_tasks = index, config.meta_batch_size // config.num_workers
-        self._collect = collect_jit(make_task_distribution(config.env, **config.env_config), network.apply, config)
+        self._collect = collect_jit(make_task_distribution(config.env, **config.env_config), policy.apply, config)
         self._params: Any = None
         self._key: Array | None = None
 
@@ -209,24 +211,26 @@ class MAMLProgram:
     def __init__(self, config: MAMLConfig, spec: AlgorithmSpec, mode: str):
         self.config, self.mode = config, "ray" if mode == "ray" else "device"
         self.dist = make_task_distribution(config.env, **config.env_config)
-        self.network = spec.network(config, self.dist.obs_shape, self.dist.num_actions)
-        self._loss = functools.partial(spec.loss, apply_fn=self.network.apply, config=config)
+        obs_space = gymnasium.spaces.Box(-np.inf, np.inf, self.dist.obs_shape, np.float32)
+        self.policy = spec.policy(config, obs_space, gymnasium.spaces.Discrete(self.dist.num_actions))
+        assert spec.loss is not None, "MAML's spec carries its meta-loss"
+        self._loss = functools.partial(spec.loss, apply_fn=self.policy.apply, config=config)
         self._optimizer = make_optimizer(config.lr, config.max_grad_norm)
         key = jax.random.PRNGKey(config.seed)
-        params = self.network.init(key, jnp.zeros((1,) + self.dist.obs_shape, jnp.float32))
+        params = self.policy.init(key)
         train = TrainState(params, self._optimizer.init(params), jnp.zeros((), jnp.int32), key)
         self.state = MAMLState(train, jax.random.fold_in(key, 1), jnp.zeros((), jnp.int32))
         self.context = Context(num_episodes=config.metrics_num_episodes)
         self._results: LocalIterator[dict[str, Any]] | None = None
         self._update = jax.jit(functools.partial(meta_update, self._loss, self._optimizer), donate_argnums=0)
-        self.collect = collect_jit(self.dist, self.network.apply, config)
+        self.collect = collect_jit(self.dist, self.policy.apply, config)
         """Compiled :func:`collect` of this run's tasks, network and config (evaluation)."""
         self.workers: list[Any] = []
         self.files = None  # everything is in the state
         if self.mode == "ray":
             init_ray()
             self.workers = [
-                jax_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.network, i)
+                jax_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.policy, i)
                 for i in range(config.num_workers)
             ]
             self.broadcast()
@@ -234,7 +238,7 @@ class MAMLProgram:
             self._run = jax.jit(self._iterations, donate_argnums=0)
 
     def _iterations(self, state: MAMLState) -> tuple[MAMLState, dict[str, Array]]:
-        collect_fn = functools.partial(collect, self.dist, self.network.apply, self.config)
+        collect_fn = functools.partial(collect, self.dist, self.policy.apply, self.config)
 
         def iteration(state: MAMLState, _: Any):
             batch = collect_fn(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -15,8 +14,8 @@ from jaxflow import envs
 from jaxflow.algorithms.multiagent.config import MultiAgentConfig
 from jaxflow.api.ray_program import build_learner, check_spaces, init_ray
 from jaxflow.config.fields import require
-from jaxflow.networks.build import greedy_action
-from jaxflow.ops.multiagent_ops import Policy, PolicyWorkers
+from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
+from jaxflow.policies.policy import Policy
 from jaxflow.rollout.multiagent import MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.worker import WorkerSpec
 from jaxflow.rollout.worker_set import WorkerSet
@@ -59,7 +58,7 @@ class MultiAgentProgram:
         agents = list(probe.possible_agents)
         self.config, self.spec = config, spec
         learners, worker_specs, replays, steps = {}, {}, {}, {}
-        self.network: dict[str, Any] = {}
+        self.policy: dict[str, Policy] = {}
         pspecs = {pid: config.policy_spec(pid) for pid in config.policies}
         pconfigs = {pid: config.policy_config(pid) for pid in config.policies}
         for pid in config.policies:
@@ -70,9 +69,9 @@ class MultiAgentProgram:
                 all(s == spaces[0] for s in spaces),
                 f"MultiAgentConfig: the agents of policy {pid!r} ({own}) have different spaces.",
             )
-            self.network[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(config.env, *spaces[0]))
+            self.policy[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(config.env, *spaces[0]))
             worker_specs[pid] = WorkerSpec(
-                pconfig, self.network[pid], pspec.postprocess, None, pspec.encode, pspec.explore
+                pconfig, self.policy[pid], pspec.postprocess, None, pspec.encode, pspec.explore
             )
             steps[pid] = (
                 max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length * len(own)
@@ -89,7 +88,7 @@ class MultiAgentProgram:
             worker_cls=MultiAgentRolloutWorker,
         )
         self.policies = {
-            pid: Policy(
+            pid: PolicySlot(
                 pid,
                 pspecs[pid],
                 pconfigs[pid],
@@ -125,7 +124,7 @@ class MultiAgentProgram:
         return per agent."""
         seed = self.config.seed + 7_777_777 if seed is None else seed
         env = envs.MultiAgentVectorEnv(self.config.env, 1, seed, self.config.env_config)
-        act = {pid: jax.jit(functools.partial(greedy_action, net.apply)) for pid, net in self.network.items()}
+        act = {pid: jax.jit(policy.greedy) for pid, policy in self.policy.items()}
         weights = self.get_weights()
         obs = env.reset()
         returns: list[np.ndarray] = []

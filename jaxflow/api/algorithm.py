@@ -22,6 +22,7 @@ from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.fields import from_json_dict, to_json_dict
 from jaxflow.ops.metrics import Context
+from jaxflow.policies.policy import Policy
 
 
 class Algorithm:
@@ -65,8 +66,13 @@ class Algorithm:
         return getattr(self.program, "replay", None)
 
     @property
+    def policy(self) -> Any:
+        return getattr(self.program, "policy", None)
+
+    @property
     def network(self) -> Any:
-        return getattr(self.program, "network", None)
+        """The policy's flax module."""
+        return self.policy.network if isinstance(self.policy, Policy) else None
 
     @property
     def context(self) -> Context:
@@ -134,8 +140,8 @@ def find_checkpoint(path: str) -> tuple[str, dict[str, Any]]:
     return ckpt, checkpoint.load_meta(ckpt)
 
 
-def load_policy(path: str) -> tuple[Any, Any, Any]:
-    """``(config, network, params)`` of a checkpoint of a standard program, without starting Ray."""
+def load_policy(path: str) -> tuple[Any, Policy, Any]:
+    """``(config, policy, params)`` of a checkpoint of a standard program, without starting Ray."""
     from jaxflow.ondevice.program import DeviceProgram
 
     ckpt, meta = find_checkpoint(path)
@@ -144,7 +150,7 @@ def load_policy(path: str) -> tuple[Any, Any, Any]:
     if resolve_mode(config, spec) == "device":
         program = DeviceProgram(config, spec)
         program.set_state(checkpoint.restore_state(ckpt, program.get_state()))
-        return config, program.network, program.get_weights()
-    network, learner = build_learner(config, spec)
+        return config, program.policy, program.get_weights()
+    policy, learner = build_learner(config, spec)
     state = checkpoint.restore_state(ckpt, learner.get_state())
-    return config, network, jax.device_get(state.params)
+    return config, policy, jax.device_get(state.params)

@@ -23,13 +23,13 @@ class CheckpointFiles(Protocol):
     """State a program keeps outside its pytree (replay contents), written into each
     checkpoint directory before the checkpoint is renamed into place."""
 
-    def save(self, directory: str) -> None:
+    def save(self, directory: str) -> object:
         """Writes the files into ``directory``."""
 
     def saved_at(self, directory: str) -> None:
         """Told where the checkpoint holding them ended up (after the rename)."""
 
-    def load(self, directory: str) -> None:
+    def load(self, directory: str) -> object:
         """Reads them back from a checkpoint."""
 
 

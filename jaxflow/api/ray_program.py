@@ -10,7 +10,6 @@ from typing import Any
 
 import gymnasium
 import jax
-import jax.numpy as jnp
 
 from jaxflow import envs
 from jaxflow.api.program import CheckpointFiles
@@ -19,6 +18,7 @@ from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.sgd import make_optimizer
+from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.postprocess import example_train_batch
 from jaxflow.rollout.worker import WorkerSpec
@@ -42,10 +42,12 @@ class RayProgram:
 
     def __init__(self, config: Any, spec: AlgorithmSpec):
         self.config, self.spec = config, spec
-        self.network, self.learner = build_learner(config, spec)
+        if spec.plan is None:
+            raise ConfigError(f"{spec.name} has no plan: it runs as its own program.")
+        self.policy, self.learner = build_learner(config, spec)
         worker_spec = WorkerSpec(
             config,
-            self.network,
+            self.policy,
             spec.postprocess,
             spec.loss if spec.gradients_on_workers else None,
             spec.encode,
@@ -66,10 +68,8 @@ class RayProgram:
         # it out of the first iteration.
         if self.spec.train_batch_env_steps is None:
             return None
-        obs_space, action_space = env_spaces(self.config)
-        batch = example_train_batch(
-            worker_spec, obs_space, int(action_space.n), self.spec.train_batch_env_steps(self.config)
-        )
+        obs_space, _ = env_spaces(self.config)
+        batch = example_train_batch(worker_spec, obs_space, self.spec.train_batch_env_steps(self.config))
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-warm-up")
         future = pool.submit(self.learner.warm_up, batch)
         pool.shutdown(wait=False)
@@ -88,7 +88,7 @@ class RayProgram:
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
         """The learner's greedy policy for ``episodes`` episodes, in this process."""
         del member  # one agent
-        return evaluate_policy(self.config, self.network, self.learner.get_weights(), episodes, seed)
+        return evaluate_policy(self.config, self.policy, self.learner.get_weights(), episodes, seed)
 
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits
@@ -125,17 +125,22 @@ def check_spaces(
 
 
 def build_learner(
-    config: Any, spec: AlgorithmSpec, spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None, network: Any = None
-) -> tuple[Any, Learner]:
-    """The network and a freshly initialised learner for ``config`` (no Ray needed), for the
-    spaces of ``config.env`` or the given ``(observation, action)`` spaces; ``network``
+    config: Any,
+    spec: AlgorithmSpec,
+    spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None,
+    policy: Policy | None = None,
+) -> tuple[Policy, Learner]:
+    """The policy and a freshly initialised learner for ``config`` (no Ray needed), for the
+    spaces of ``config.env`` or the given ``(observation, action)`` spaces; ``policy``
     replaces the algorithm's own (e.g. the same one with another convolution)."""
+    if spec.loss is None:
+        raise ConfigError(f"{spec.name} has no loss: it runs as its own program, not with a learner.")
     obs_space, action_space = spaces or env_spaces(config)
-    network = network or spec.network(config, obs_space.shape, int(action_space.n))
-    params = network.init(jax.random.PRNGKey(config.seed), jnp.zeros((1,) + obs_space.shape, jnp.float32))
+    policy = policy or spec.policy(config, obs_space, action_space)
+    params = policy.init(jax.random.PRNGKey(config.seed))
     num_epochs, minibatch_size = spec.sgd(config)
     learner = Learner(
-        functools.partial(spec.loss, apply_fn=network.apply, config=config),
+        functools.partial(spec.loss, policy=policy, config=config),
         make_optimizer(config.lr, config.max_grad_norm),
         params,
         seed=config.seed,
@@ -143,7 +148,7 @@ def build_learner(
         minibatch_size=minibatch_size,
         target_network=spec.target_network,
     )
-    return network, learner
+    return policy, learner
 
 
 def init_ray(address: str | None = None) -> None:

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from jaxflow.networks.build import actor_critic_network
 from jaxflow.ondevice.spec import DeviceSpec
+from jaxflow.policies.build import actor_critic_policy
+from jaxflow.policies.policy import Policy
 from jaxflow.replay.shards import ReplayShards
 
 
@@ -15,15 +16,17 @@ from jaxflow.replay.shards import ReplayShards
 class AlgorithmSpec:
     """What an algorithm page registers.
 
-    ``loss(params, batch, rng, *, apply_fn, config) -> (loss, metrics)`` on a flat batch;
+    ``loss(params, batch, rng, *, policy, config) -> (loss, metrics)`` on a flat batch, acting
+    through the :class:`~jaxflow.policies.Policy` (``policy.apply``, ``policy.distribution``);
     ``postprocess(traj, config) -> traj`` runs on the rollout workers (e.g. GAE) and returns a
     flat dict; fields it returns unchanged are not copied there, so it should pass the
     observations through as they came (see :class:`~jaxflow.rollout.postprocess.HostPostprocess`);
     ``plan(workers, learner, config)`` returns the iterator of training results;
     ``sgd(config) -> (num_epochs, minibatch_size)`` shapes the learner's update;
     ``gradients_on_workers`` gives the workers the loss (A3C);
-    ``network(config, obs_shape, num_actions)`` builds the flax module (default: an actor-critic,
-    convolutional for image observations, see :func:`~jaxflow.networks.build.actor_critic_network`);
+    ``policy(config, observation_space, action_space)`` builds the policy (default: an
+    actor-critic, convolutional for image observations, with the action space's distribution,
+    see :func:`~jaxflow.policies.actor_critic_policy`);
     ``target_network`` gives the learner a target copy of the parameters (DQN);
     ``replay(config)`` builds the replay shards, which the plan then gets as a fourth
     argument and which are checkpointed with the learner;
@@ -48,9 +51,9 @@ class AlgorithmSpec:
     train_batch_env_steps: Callable[[Any], int] | None = None
     """Env steps in every learner update, where the plan fixes it: the learner then
     compiles its update while the rollout workers start."""
-    network: Callable[[Any, tuple[int, ...], int], Any] = lambda config, obs_shape, num_actions: actor_critic_network(
-        obs_shape, num_actions, config.hidden_sizes, config.conv_torso
-    )
+    policy: Callable[[Any, Any, Any], Policy] = actor_critic_policy
+    """``policy(config, observation_space, action_space)``: the network and action
+    distribution every part of a run acts with (workers, learner, device mode, evaluation)."""
     target_network: bool = False
     replay: Callable[[Any], ReplayShards] | None = None
     explore: Callable[..., Any] | None = None

@@ -1,6 +1,6 @@
 """Policy and value networks (flax) and the functions that act with them."""
 
-from jaxflow.networks.build import actor_critic_network, forward_packed, greedy_action, is_frame_stack, q_network
+from jaxflow.networks.build import actor_critic_network, is_frame_stack, q_network
 from jaxflow.networks.conv import (
     TORSOS,
     ConvActorCritic,
@@ -23,8 +23,6 @@ __all__ = [
     "NatureCNN",
     "actor_critic_network",
     "cpu_matmul_conv",
-    "forward_packed",
-    "greedy_action",
     "is_frame_stack",
     "q_network",
 ]

@@ -1,28 +1,13 @@
-"""The network for an observation shape, and the pure functions that act with a network."""
+"""The network for an observation shape: convolutional for frame stacks, an MLP otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
 from jaxflow.networks.conv import ConvActorCritic, ConvQNetwork
 from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork
-
-
-def forward_packed(apply_fn: Callable[..., tuple[jax.Array, jax.Array]], params: Any, obs: jax.Array) -> jax.Array:
-    """``[B, A + 1]``: the logits, then the value, in one array (one transfer to the host)."""
-    logits, value = apply_fn(params, obs)
-    return jnp.concatenate([logits, value[:, None]], axis=-1)
-
-
-def greedy_action(apply_fn: Callable[..., tuple[jax.Array, jax.Array]], params: Any, obs: jax.Array) -> jax.Array:
-    """The most likely action for each observation (evaluation)."""
-    logits, _ = apply_fn(params, obs)
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
 def is_frame_stack(obs_shape: Sequence[int]) -> bool:

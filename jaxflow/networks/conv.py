@@ -216,7 +216,7 @@ class ConvQNetwork(nn.Module):
     """Q-values on a convolutional torso (Mnih et al., 2015), optionally with the dueling head
     of Wang et al. (2016): ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)``.
 
-    Returns ``(q [*batch, A], max_a q [*batch])`` like :class:`MLPQNetwork`. With ``dueling``, the
+    Returns ``q [*batch, A]`` like :class:`~jaxflow.networks.mlp.MLPQNetwork`. With ``dueling``, the
     value stream is also sown as ``intermediates/state_value`` (``apply(..., mutable=["intermediates"])``).
     """
 
@@ -228,7 +228,7 @@ class ConvQNetwork(nn.Module):
     """The torso's convolution (None: the torso's default)."""
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, obs: jax.Array) -> jax.Array:
         h = _make_torso(self.torso, self.rgb, self.conv)(obs)
         if self.dueling:
             value = nn.Dense(1, name="value")(h)
@@ -237,4 +237,4 @@ class ConvQNetwork(nn.Module):
             q = value + adv - adv.mean(axis=-1, keepdims=True)
         else:
             q = nn.Dense(self.num_actions, name="q")(h)
-        return q, q.max(axis=-1)
+        return q

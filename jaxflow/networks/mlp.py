@@ -40,9 +40,10 @@ class MLPQNetwork(nn.Module):
     """A ReLU MLP with one Q-value per action, optionally with a dueling head.
 
     Dueling (Wang et al., 2016, "Dueling Network Architectures for Deep Reinforcement
-    Learning"): ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)``. Returns ``(q, max_a q)`` so
-    rollout workers treat it like an actor-critic network (Q-values in place of logits,
-    the greedy value in place of the state value).
+    Learning"): ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)``. Returns the Q-values
+    ``[B, A]``; a :class:`~jaxflow.policies.Policy` with
+    :func:`~jaxflow.policies.q_value_outputs` reads them as greedy distribution inputs and
+    ``max_a Q`` as the value.
     """
 
     num_actions: int
@@ -50,7 +51,7 @@ class MLPQNetwork(nn.Module):
     dueling: bool = True
 
     @nn.compact
-    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def __call__(self, obs: jax.Array) -> jax.Array:
         # One leading batch axis; stacked frames ([B, k, ...]) are flattened with the rest.
         h = obs.astype(jnp.float32).reshape(obs.shape[0], -1)
         for width in self.hidden_sizes:
@@ -60,4 +61,4 @@ class MLPQNetwork(nn.Module):
             q = nn.Dense(1)(h) + adv - adv.mean(axis=-1, keepdims=True)
         else:
             q = nn.Dense(self.num_actions)(h)
-        return q, q.max(axis=-1)
+        return q

@@ -3,7 +3,7 @@
 from jaxflow.ondevice.members import Member, members, with_hyper
 from jaxflow.ondevice.program import AnakinState, DeviceProgram, OnDevice
 from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
-from jaxflow.ondevice.spec import DeviceReplay, DeviceSpec, flat_batch, sample_action
+from jaxflow.ondevice.spec import DeviceReplay, DeviceSpec, flat_batch
 from jaxflow.ondevice.update import replay_update
 
 __all__ = [
@@ -18,7 +18,6 @@ __all__ = [
     "members",
     "replay_update",
     "rollout",
-    "sample_action",
     "step_envs",
     "with_hyper",
 ]

@@ -33,6 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from jaxflow import envs
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator, from_iterator
+from jaxflow.envs.gymnax_cpu import to_gymnasium_space
 from jaxflow.learn.sgd import TrainState, copy_to_target, sgd_update
 from jaxflow.ondevice.members import members, with_hyper
 from jaxflow.ondevice.rollout import EnvCarry, rollout
@@ -72,9 +73,10 @@ class DeviceProgram:
             raise ConfigError(f"{spec.name} has no on-device mode; use mode='ray'.")
         self.config, self.spec, self.device = config, spec, spec.device
         self.env, self.env_params = envs.make(config.env, **config.env_config)
-        obs_shape = tuple(self.env.observation_space(self.env_params).shape)
-        self.num_actions = int(self.env.num_actions)
-        self.network = spec.network(config, obs_shape, self.num_actions)
+        obs_space = to_gymnasium_space(self.env.observation_space(self.env_params))
+        action_space = to_gymnasium_space(self.env.action_space(self.env_params))
+        obs_shape = tuple(obs_space.shape or ())
+        self.policy = spec.policy(config, obs_space, action_space)
         self.num_envs = config.num_envs or max(1, config.num_workers) * config.num_envs_per_worker
         self.steps_per_iteration = self.num_envs * config.rollout_fragment_length
         self.devices = jax.local_devices()
@@ -114,9 +116,7 @@ class DeviceProgram:
         cfg = with_hyper(self.config, hyper)
         key = jax.random.PRNGKey(seed)
         # As the Ray-mode learner does: parameters and learner RNG from PRNGKey(seed).
-        params = self.network.init(
-            key, jnp.zeros((1,) + self.env.observation_space(self.env_params).shape, jnp.float32)
-        )
+        params = self.policy.init(key)
         optimizer = _device_optimizer(cfg.lr, cfg.max_grad_norm)
         train = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), key)
         if self.device.replay is not None:
@@ -193,7 +193,7 @@ class DeviceProgram:
         _, traj, _ = rollout(
             self.env,
             self.env_params,
-            self.network.apply,
+            self.policy,
             self.device.act,
             cfg,
             params,
@@ -224,7 +224,7 @@ class DeviceProgram:
 
     def _run_one(self, state: AnakinState) -> tuple[AnakinState, dict[str, Array]]:
         cfg = with_hyper(self.config, state.hyper)
-        loss_fn = functools.partial(self.spec.loss, apply_fn=self.network.apply, config=cfg)
+        loss_fn = functools.partial(self.spec.loss, policy=self.policy, config=cfg)
         replay_settings = self.device.replay(cfg) if self.device.replay is not None else None
         num_epochs, minibatch_size = self.spec.sgd(cfg)
         inside = functools.partial(jax.lax.with_sharding_constraint, shardings=self._env_sharded)
@@ -235,7 +235,7 @@ class DeviceProgram:
             carry, traj, (returns, lengths) = rollout(
                 self.env,
                 self.env_params,
-                self.network.apply,
+                self.policy,
                 self.device.act,
                 cfg,
                 state.train.params,
@@ -267,7 +267,7 @@ class DeviceProgram:
 
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
         """Member ``member``'s greedy policy for ``episodes`` episodes (stepped on the host)."""
-        return evaluate_policy(self.config, self.network, self.get_weights(member), episodes, seed)
+        return evaluate_policy(self.config, self.policy, self.get_weights(member), episodes, seed)
 
     def stop(self) -> None:
         """Nothing runs between calls: no threads or actors to stop."""

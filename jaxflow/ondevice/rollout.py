@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxflow.policies.policy import Policy
+
 Array = jax.Array
 
 
@@ -40,8 +42,8 @@ def step_envs(
 def rollout(
     env: Any,
     env_params: Any,
-    apply_fn: Any,
-    act: Callable[..., Any],
+    policy: Policy,
+    act: Callable[..., Any] | None,
     config: Any,
     params: Any,
     carry: EnvCarry,
@@ -49,7 +51,9 @@ def rollout(
     env_steps: Array,
     num_steps: int,
 ) -> tuple[EnvCarry, dict[str, Array], tuple[Array, Array]]:
-    """``num_steps`` steps of every environment with the policy ``apply_fn(params, .)``.
+    """``num_steps`` steps of every environment with ``policy`` at ``params``: its
+    distribution samples the actions, unless ``act(key, dist_inputs, env_steps, config) ->
+    (actions, logp)`` explores in its place (DQN's epsilon-greedy).
 
     The fragment has the fields and conventions of ``RolloutWorker.sample`` (time-major
     ``[T, B]``; a truncated episode's last reward has ``gamma * V(final_obs)`` added and its
@@ -61,13 +65,17 @@ def rollout(
     # environment truncates at most once: remember where, and bootstrap them all with one forward
     # pass after the scan. (A per-step lax.cond would run the pass on every step once vmapped.)
     once = num_steps <= int(env_params.max_steps_in_episode)
+    apply_fn = policy.apply
 
-    def step(inner: tuple[EnvCarry, Array, Array], inputs: tuple[Array, Array]):
+    def step(inner: tuple[EnvCarry, Any, Any], xs: tuple[Array, Array]):
         c, truncated_obs, truncated_at = inner
-        t, key = inputs
+        t, key = xs
         k_act, k_env = jax.random.split(key)
-        logits, values = apply_fn(params, c.obs)
-        actions, logp = act(k_act, logits, env_steps + t * num_envs, config)
+        inputs, values = apply_fn(params, c.obs)
+        if act is None:
+            actions, logp = policy.distribution.sample(k_act, inputs)
+        else:
+            actions, logp = act(k_act, inputs, env_steps + t * num_envs, config)
         obs, env_state, reward, terminated, truncated, final_obs = step_envs(
             env, env_params, jax.random.split(k_env, num_envs), c.env_state, actions
         )
@@ -87,7 +95,7 @@ def rollout(
             obs=c.obs,
             actions=actions,
             logp=logp,
-            logits=logits,
+            dist_inputs=inputs,
             values=values,
             rewards=rewards,
             discounts=jnp.where(done, 0.0, config.gamma).astype(jnp.float32),
@@ -96,7 +104,9 @@ def rollout(
         c = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
         return (c, truncated_obs, truncated_at), (out, ended)
 
-    inner = (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32)) if once else (carry, None, None)
+    inner: tuple[EnvCarry, Any, Any] = (
+        (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32)) if once else (carry, None, None)
+    )
     (carry, truncated_obs, truncated_at), (traj, ended) = jax.lax.scan(
         step, inner, (jnp.arange(num_steps), jax.random.split(key, num_steps))
     )

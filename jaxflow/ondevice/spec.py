@@ -7,20 +7,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from jaxflow.rollout.batch import flatten_time_major
 
 Array = jax.Array
-
-
-def sample_action(key: Array, logits: Array, env_steps: Array, config: Any) -> tuple[Array, Array]:
-    """``a ~ softmax(logits)`` per row and ``log p(a)``: the Ray workers' sampler, drawn with
-    JAX's PRNG on the device."""
-    del env_steps, config
-    actions = jax.random.categorical(key, logits).astype(jnp.int32)
-    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[:, None], axis=-1)[:, 0]
-    return actions, logp
 
 
 def flat_batch(traj: Mapping[str, Any], config: Any) -> dict[str, Any]:
@@ -53,14 +43,14 @@ class DeviceSpec:
     """What an algorithm registers to train on the device (its network, ``postprocess`` and
     ``loss`` come from its :class:`~jaxflow.api.spec.AlgorithmSpec`).
 
-    ``act(key, logits, env_steps, config) -> (actions, logp)`` picks actions from the
-    network's first output (default: sample the softmax; DQN: epsilon-greedy);
+    ``act(key, dist_inputs, env_steps, config) -> (actions, logp)`` picks actions in place of
+    the policy's distribution (None: sample the distribution; DQN: epsilon-greedy);
     ``prepare(traj, config) -> batch`` makes the loss's batch from a postprocessed fragment
     (default: flat ``[T * B]``); ``replay(config) -> DeviceReplay`` trains from an on-device
     replay buffer instead of on the fresh batch (``prepare`` then returns transitions with a
     ``priorities`` field).
     """
 
-    act: Callable[..., tuple[Array, Array]] = sample_action
+    act: Callable[..., tuple[Array, Array]] | None = None
     prepare: Callable[..., dict[str, Array]] = flat_batch
     replay: Callable[[Any], DeviceReplay] | None = None

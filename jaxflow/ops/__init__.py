@@ -11,7 +11,7 @@ from jaxflow.ops.metrics import (
 )
 from jaxflow.ops.multiagent_ops import (
     CountPolicyUpdates,
-    Policy,
+    PolicySlot,
     PolicyWorkers,
     SelectExperiences,
     on_policy_flow,
@@ -66,7 +66,7 @@ __all__ = [
     "EpisodeWindow",
     "ParallelReplay",
     "ParallelRollouts",
-    "Policy",
+    "PolicySlot",
     "PolicyWorkers",
     "RecordSampled",
     "ReportMetrics",

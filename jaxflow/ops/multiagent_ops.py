@@ -72,8 +72,9 @@ class CountPolicyUpdates(Operator):
         return item
 
 
-class Policy(NamedTuple):
-    """One policy of a run, as a multi-agent plan sees it."""
+class PolicySlot(NamedTuple):
+    """One policy of a run as a multi-agent plan sees it: its algorithm, learner, share of
+    the workers and replay."""
 
     id: str
     spec: Any
@@ -90,7 +91,7 @@ def on_policy_flow(train_flow: Any) -> Any:
     workers, config)`` makes one update per train batch (A2C, PPO): an update every k rounds,
     k the rounds of sampling a train batch of this policy's agent steps takes."""
 
-    def flow(experiences: Any, policy: Policy) -> list[tuple[Any, Fraction]]:
+    def flow(experiences: Any, policy: PolicySlot) -> list[tuple[Any, Fraction]]:
         rounds = -(-policy.config.train_batch_size // policy.steps_per_round)
         train = train_flow(experiences, policy.learner, policy.workers, policy.config)
         return [(train.for_each(CountPolicyUpdates(policy.id, policy.learner)), Fraction(1, rounds))]

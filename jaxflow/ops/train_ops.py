@@ -4,9 +4,8 @@ workers, target-network refreshes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np

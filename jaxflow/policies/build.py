@@ -16,14 +16,16 @@ def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: g
     """An actor-critic network (convolutional for frame stacks, else an MLP of
     ``config.hidden_sizes``) and the action space's distribution."""
     distribution = distribution_for(action_space)
-    num_inputs = int(action_space.n)  # Discrete: one logit per action
-    network = actor_critic_network(obs_space.shape, num_inputs, config.hidden_sizes, config.conv_torso)
-    return Policy(network, distribution, tuple(obs_space.shape))
+    assert isinstance(action_space, gymnasium.spaces.Discrete)  # the only space distribution_for takes yet
+    obs_shape = tuple(obs_space.shape or ())
+    network = actor_critic_network(obs_shape, int(action_space.n), config.hidden_sizes, config.conv_torso)
+    return Policy(network, distribution, obs_shape)
 
 
 def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:
     """A Q-network (dueling if ``config.dueling``), read as greedy inputs and ``max_a Q``."""
-    distribution_for(action_space)  # Discrete only: one Q-value per action
-    num_actions = int(action_space.n)
-    network = q_network(obs_space.shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
-    return Policy(network, Greedy(num_actions), tuple(obs_space.shape), outputs=q_value_outputs)
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise TypeError(f"a Q-network needs a Discrete action space (one value per action), got {action_space}")
+    num_actions, obs_shape = int(action_space.n), tuple(obs_space.shape or ())
+    network = q_network(obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
+    return Policy(network, Greedy(num_actions), obs_shape, outputs=q_value_outputs)

@@ -29,10 +29,15 @@ class ActionDistribution(Protocol):
     more than the network itself, so workers sample on the host.
     """
 
-    action_shape: tuple[int, ...]
-    """Shape of one action (``()`` for a discrete action)."""
-    action_dtype: Any
-    """Numpy dtype of an action."""
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """Shape of one action (``()`` for a discrete action)."""
+        ...
+
+    @property
+    def action_dtype(self) -> Any:
+        """Numpy dtype of an action."""
+        ...
 
     def sample(self, key: Array, inputs: Array) -> tuple[Array, Array]:
         """Actions ``[B, *action_shape]`` and their log-probabilities ``[B]`` (JAX)."""

@@ -13,15 +13,7 @@ from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
-from jaxflow.rollout.worker import (
-    Rollout,
-    RolloutWorker,
-    Stopwatch,
-    WorkerSpec,
-    make_vector_envs,
-    sample_categorical,
-    split_packed,
-)
+from jaxflow.rollout.worker import Rollout, RolloutWorker, Stopwatch, WorkerSpec, make_vector_envs
 from jaxflow.rollout.worker_set import STARTUP_TIMEOUT_S, WorkerCrashedError, WorkerSet
 
 __all__ = [
@@ -46,7 +38,5 @@ __all__ = [
     "example_train_batch",
     "flatten_time_major",
     "make_vector_envs",
-    "sample_categorical",
-    "split_packed",
     "sum_timings",
 ]

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
 import numpy as np
 
 from jaxflow import envs
-from jaxflow.networks.build import greedy_action
+from jaxflow.policies.policy import Policy
 
 
-def evaluate_policy(config: Any, network: Any, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
-    """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes."""
+def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
+    """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
+    of ``config.env``, stepped on the host."""
     seed = config.seed + 7_777_777 if seed is None else seed
     env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
-    act = jax.jit(functools.partial(greedy_action, network.apply))
+    act = jax.jit(policy.greedy)
     returns, lengths = [], []
     for e in range(episodes):
         obs, _ = env.reset(seed=seed + e)
         done, total, n = False, 0.0, 0
         while not done:
-            action = int(act(params, np.asarray(obs, np.float32)[None])[0])
+            action = np.asarray(act(params, np.asarray(obs, np.float32)[None]))[0]
+            action = action.item() if action.ndim == 0 else action
             obs, r, terminated, truncated, _ = env.step(action)
             total, n, done = total + float(r), n + 1, terminated or truncated
         returns.append(total)

@@ -19,10 +19,10 @@ import jax
 import numpy as np
 
 from jaxflow import envs
-from jaxflow.networks.build import forward_packed
+from jaxflow.policies.policy import unpack
 from jaxflow.rollout.batch import SampleBatch, SampleTiming, concat_batches, sum_timings
 from jaxflow.rollout.postprocess import HostPostprocess
-from jaxflow.rollout.worker import RolloutWorker, Stopwatch, WorkerSpec, sample_categorical, split_packed
+from jaxflow.rollout.worker import RolloutWorker, Stopwatch, WorkerSpec
 
 
 class MultiAgentBatch(NamedTuple):
@@ -76,9 +76,7 @@ class MultiAgentRolloutWorker:
         self.env = envs.MultiAgentVectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
         self.policies = spec.policies
         self.agents = {pid: [a for a in self.env.agents if spec.mapping[a] == pid] for pid in spec.policies}
-        self._forward = {
-            pid: jax.jit(functools.partial(forward_packed, ws.network.apply)) for pid, ws in spec.policies.items()
-        }
+        self._forward = {pid: jax.jit(ws.policy.forward_packed) for pid, ws in spec.policies.items()}
         self._postprocess = {
             pid: HostPostprocess(functools.partial(ws.postprocess, config=ws.config))
             for pid, ws in spec.policies.items()
@@ -106,9 +104,9 @@ class MultiAgentRolloutWorker:
     def _columns(self, pid: str, per_agent: Mapping[str, np.ndarray]) -> np.ndarray:
         return np.concatenate([per_agent[a] for a in self.agents[pid]], axis=0)
 
-    def _logits_values(self, pid: str, obs: np.ndarray, policy_watch: Stopwatch) -> tuple[np.ndarray, np.ndarray]:
+    def _inputs_values(self, pid: str, obs: np.ndarray, policy_watch: Stopwatch) -> tuple[np.ndarray, np.ndarray]:
         with policy_watch:
-            return split_packed(self._forward[pid](self.params[pid], obs))
+            return unpack(self._forward[pid](self.params[pid], obs))
 
     def sample(self) -> MultiAgentBatch:
         missing = sorted(set(self.policies) - set(self.params))
@@ -121,14 +119,14 @@ class MultiAgentRolloutWorker:
             actions: dict[str, np.ndarray] = {}
             for pid, ws in self.policies.items():
                 obs = self._columns(pid, self._obs)
-                logits, values = self._logits_values(pid, obs, policy_watch)
+                inputs, values = self._inputs_values(pid, obs, policy_watch)
                 if ws.explore is None:
-                    a, logp = sample_categorical(self._rng, logits)
+                    a, logp = ws.policy.distribution.sample_host(self._rng, inputs)
                 else:
                     a, logp = ws.explore(
-                        self._rng, logits, ws.config, self.index, (self.env_steps + t * B) * len(self.agents[pid])
+                        self._rng, inputs, ws.config, self.index, (self.env_steps + t * B) * len(self.agents[pid])
                     )
-                steps[pid].append(dict(obs=obs, actions=a, logp=logp, logits=logits, values=values))
+                steps[pid].append(dict(obs=obs, actions=a, logp=logp, dist_inputs=inputs, values=values))
                 actions.update(zip(self.agents[pid], np.split(a, len(self.agents[pid]))))
             with env_watch:
                 step = self.env.step(actions)
@@ -140,7 +138,7 @@ class MultiAgentRolloutWorker:
                         r
                         + ws.config.gamma
                         * bootstrap
-                        * self._logits_values(pid, self._columns(pid, step.final_obs), policy_watch)[1]
+                        * self._inputs_values(pid, self._columns(pid, step.final_obs), policy_watch)[1]
                     )
                 steps[pid][-1].update(
                     rewards=r.astype(np.float32), discounts=(ws.config.gamma * ~(term | trunc)).astype(np.float32)
@@ -168,7 +166,7 @@ class MultiAgentRolloutWorker:
         ws = self.policies[pid]
         last_obs = self._columns(pid, self._obs)
         traj = {k: np.stack([s[k] for s in steps]) for k in steps[0]}
-        traj.update(bootstrap_value=self._logits_values(pid, last_obs, policy_watch)[1], last_obs=last_obs)
+        traj.update(bootstrap_value=self._inputs_values(pid, last_obs, policy_watch)[1], last_obs=last_obs)
         if pid in self._postprocess:
             traj = self._postprocess[pid](traj)
         if ws.encode is not None:

@@ -93,10 +93,14 @@ class HostPostprocess:
         return {k: out[k] for k in order}
 
 
-def example_train_batch(spec: WorkerSpec, obs_space: Any, num_actions: int, env_steps: int) -> dict[str, np.ndarray]:
+def example_train_batch(spec: WorkerSpec, obs_space: Any, env_steps: int) -> dict[str, np.ndarray]:
     """Zeros shaped like a flat train batch of ``env_steps`` postprocessed samples, found
-    by tracing ``postprocess`` abstractly over the shapes ``RolloutWorker.sample`` returns."""
-    cfg = spec.config
+    by tracing the policy and ``postprocess`` abstractly over the shapes ``RolloutWorker.sample`` returns."""
+    cfg, policy = spec.config, spec.policy
+    inputs, _ = jax.eval_shape(
+        lambda: policy.apply(policy.init(jax.random.PRNGKey(0)), jnp.zeros((1, *obs_space.shape)))
+    )
+    dist = policy.distribution
     T, B = cfg.rollout_fragment_length, cfg.num_envs_per_worker
 
     def tb(*shape: int, dtype: Any = np.float32) -> jax.ShapeDtypeStruct:
@@ -104,9 +108,9 @@ def example_train_batch(spec: WorkerSpec, obs_space: Any, num_actions: int, env_
 
     traj = dict(
         obs=tb(*obs_space.shape, dtype=envs.vector.obs_dtype(obs_space)),
-        actions=tb(dtype=np.int32),
+        actions=tb(*dist.action_shape, dtype=dist.action_dtype),
         logp=tb(),
-        logits=tb(num_actions),
+        dist_inputs=tb(*inputs.shape[1:]),
         values=tb(),
         rewards=tb(),
         discounts=tb(),

@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxflow import envs
 from jaxflow.dataflow.iterators import _call
-from jaxflow.networks.build import forward_packed
+from jaxflow.policies.policy import Policy, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.sample_ahead import SampleAhead
@@ -44,19 +44,18 @@ class Stopwatch:
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
-    """What a rollout worker needs: the algorithm's config, network and pure functions.
+    """What a rollout worker needs: the algorithm's config, policy and pure functions.
 
     ``postprocess(traj, config) -> traj`` runs on the worker after sampling (e.g. GAE),
     compiled for the CPU with the fields it passes through kept out (:class:`HostPostprocess`);
     ``encode(traj, config)`` then runs in numpy on the host (e.g. packing replay rows);
-    ``loss(params, batch, rng, *, apply_fn, config)`` lets it compute gradients (A3C);
-    ``explore(rng, logits, config, worker_index, env_steps) -> (actions, logp)`` picks
-    actions from the network's first output (default: sample the softmax; DQN:
-    epsilon-greedy on Q-values).
+    ``loss(params, batch, rng, *, policy, config)`` lets it compute gradients (A3C);
+    ``explore(rng, dist_inputs, config, worker_index, env_steps) -> (actions, logp)`` picks
+    actions in place of the policy's own host sampler (DQN: epsilon-greedy on Q-values).
     """
 
     config: Any
-    network: Any
+    policy: Policy
     postprocess: Callable[..., Any] | None = None
     loss: Callable[..., Any] | None = None
     encode: Callable[..., Any] | None = None
@@ -107,13 +106,13 @@ class RolloutWorker:
         self.index, self.incarnation, self.config = index, incarnation, cfg
         seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
         self.envs = make_vector_envs(cfg, seed, index, incarnation)
-        apply = spec.network.apply
-        self._forward = jax.jit(functools.partial(forward_packed, apply))
+        self.policy = spec.policy
+        self._forward = jax.jit(spec.policy.forward_packed)
         self._postprocess = (
             HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
         )
         self._grad = (
-            jax.jit(jax.grad(functools.partial(spec.loss, apply_fn=apply, config=cfg), has_aux=True))
+            jax.jit(jax.grad(functools.partial(spec.loss, policy=spec.policy, config=cfg), has_aux=True))
             if spec.loss
             else None
         )
@@ -142,8 +141,9 @@ class RolloutWorker:
         self._weights = (jax.device_put(weights), version)
 
     def sample(self) -> SampleBatch:
-        """One fragment ``[T, B]``: obs, actions, logp, logits, values, rewards, discounts,
-        plus ``bootstrap_value`` and ``last_obs`` ``[B]`` after the last step.
+        """One fragment ``[T, B]``: obs, actions, logp, dist_inputs (the policy's distribution
+        inputs), values, rewards, discounts, plus ``bootstrap_value`` and ``last_obs`` ``[B]``
+        after the last step.
 
         A truncated episode's last reward gets ``gamma * V(final_obs)`` added and its
         discount set to 0, so returns bootstrap from the value on a time limit but
@@ -175,22 +175,24 @@ class RolloutWorker:
         B = n * len(self.envs)
         out = [self._forward(params, o) for o in self._obs]
         obs = np.empty((T, B) + self._obs[0].shape[1:], self._obs[0].dtype)
-        actions = np.empty((T, B), np.int32)
+        dist = self.policy.distribution
+        actions = np.empty((T, B, *dist.action_shape), dist.action_dtype)
         logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
-        logits = np.empty((T, B, out[0].shape[1] - 1), np.float32)
+        dist_inputs = np.empty((T, B, out[0].shape[1] - 1), np.float32)
 
         def act(g: int, t: int) -> None:
             # The copies into the fragment run while the group's emulators (ALE's threads) step.
             with policy_watch:
-                lg, v = split_packed(out[g])
+                inputs, v = unpack(out[g])
             if self._explore is None:
-                a, lp = sample_categorical(self._rng, lg)
+                a, lp = dist.sample_host(self._rng, inputs)
             else:
-                a, lp = self._explore(self._rng, lg, cfg, self.index, self.env_steps + t * B + g * n)
+                a, lp = self._explore(self._rng, inputs, cfg, self.index, self.env_steps + t * B + g * n)
             with env_watch:
                 self.envs[g].step_async(a)
             cols = slice(g * n, (g + 1) * n)
-            obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols], logits[t, cols] = self._obs[g], a, lp, v, lg
+            obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols] = self._obs[g], a, lp, v
+            dist_inputs[t, cols] = inputs
 
         def collect(g: int, t: int) -> None:
             # The next forward pass is dispatched as soon as its observation exists, so on a GPU
@@ -202,7 +204,7 @@ class RolloutWorker:
             bootstrap = step.truncated & ~step.terminated
             if bootstrap.any():
                 with policy_watch:
-                    r = r + cfg.gamma * bootstrap * split_packed(self._forward(params, step.final_obs))[1]
+                    r = r + cfg.gamma * bootstrap * unpack(self._forward(params, step.final_obs))[1]
             cols = slice(g * n, (g + 1) * n)
             rewards[t, cols] = r
             discounts[t, cols] = cfg.gamma * ~(step.terminated | step.truncated)
@@ -218,13 +220,13 @@ class RolloutWorker:
                 if t + 1 < T:
                     act(g, t + 1)
         with policy_watch:
-            bootstrap_value = np.concatenate([split_packed(o)[1] for o in out])
+            bootstrap_value = np.concatenate([unpack(o)[1] for o in out])
         last_obs = self._obs[0] if len(self._obs) == 1 else np.concatenate(self._obs)
         traj = dict(
             obs=obs,
             actions=actions,
             logp=logp,
-            logits=logits,
+            dist_inputs=dist_inputs,
             values=values,
             rewards=rewards,
             discounts=discounts,
@@ -266,22 +268,3 @@ class RolloutWorker:
         for fn in fns:
             item = _call(fn, item, self)
         return item
-
-
-def split_packed(packed: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``forward_packed``'s ``[B, A + 1]`` output (one compiled call, one host transfer per
-    step: rollouts are dispatch-bound) -> host ``(logits [B, A], values [B])``."""
-    out = np.asarray(packed)
-    return out[:, :-1], out[:, -1]
-
-
-def sample_categorical(rng: np.random.Generator, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Samples ``a ~ softmax(logits)`` per row by the Gumbel-max trick; returns ``(a, log p(a))``.
-
-    Done in numpy on the host: drawing the noise with JAX's counter-based PRNG
-    inside the jitted policy costs more than the network itself on a CPU.
-    """
-    actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1).astype(np.int32)
-    z = logits - logits.max(axis=-1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return actions, np.take_along_axis(logp, actions[:, None], axis=-1)[:, 0].astype(np.float32)

@@ -7,6 +7,7 @@ import pytest
 
 from jaxflow import Algorithm, ConfigError
 from jaxflow.networks.conv import ConvActorCritic, ConvQNetwork
+from jaxflow.policies import Greedy
 
 TINY = dict(env="ALE/Pong-v5", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=16, seed=0)
 
@@ -51,7 +52,7 @@ def test_apex_replays_rebuilt_frame_stacks_on_pong(ray_local):
         stats = algo.replay.stats()[0]
     finally:
         algo.stop()
-    assert isinstance(algo.network, ConvQNetwork)
+    assert isinstance(algo.network, ConvQNetwork) and isinstance(algo.policy.distribution, Greedy)
     assert results[-1]["num_updates"] >= 1
     # Single 84x84 frames per row: well under two rows per transition, far from 8 frames' worth.
     assert stats["size"] < 1.5 * stats["inserted"]

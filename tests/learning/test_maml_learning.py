@@ -35,7 +35,7 @@ def joint_pretrain(program: MAMLProgram, env_steps: int, seed: int) -> tuple[obj
     tasks drawn from the distribution, no adaptation, ``2 * episodes_per_task`` episodes per
     task per update (a meta-iteration's env steps). Returns the parameters and the last
     update's mean return."""
-    config, dist, apply_fn = program.config, program.dist, program.network.apply
+    config, dist, apply_fn = program.config, program.dist, program.policy.apply
     optimizer = make_optimizer(config.lr, config.max_grad_norm)
     num_tasks, episodes = config.meta_batch_size, 2 * config.episodes_per_task
     iterations = env_steps // (num_tasks * episodes * dist.horizon)
@@ -56,7 +56,7 @@ def joint_pretrain(program: MAMLProgram, env_steps: int, seed: int) -> tuple[obj
         return (optax.apply_updates(params, updates), opt_state), jnp.mean(batch["episode_return"])
 
     key = jax.random.PRNGKey(seed)
-    params = program.network.init(key, jnp.zeros((1,) + dist.obs_shape))
+    params = program.policy.init(key)
     run = jax.jit(lambda carry, keys: jax.lax.scan(iteration, carry, keys))
     (params, _), returns = run(
         (params, optimizer.init(params)), jax.random.split(jax.random.fold_in(key, 2), iterations)
@@ -73,7 +73,7 @@ def test_meta_trained_policy_adapts_best():
         algo.stop()
     program = algo.program
     t_meta = time.monotonic() - t0
-    random_params = program.network.init(jax.random.PRNGKey(0), jnp.zeros((1, 2)))
+    random_params = program.policy.init(jax.random.PRNGKey(0))
     joint_params, joint_return = joint_pretrain(program, result["env_steps_sampled"], seed=0)
     held_out = jax.random.PRNGKey(12345)
     meta = evaluate_adaptation(program.collect, program.get_weights(), held_out, HELD_OUT_TASKS)

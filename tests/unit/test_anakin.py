@@ -19,7 +19,7 @@ from jaxflow import Algorithm, ConfigError, DeviceProgram, envs, get_algorithm
 from jaxflow.algorithms import PPOConfig
 from jaxflow.networks.mlp import MLPActorCritic
 from jaxflow.ondevice.rollout import EnvCarry, rollout
-from jaxflow.ondevice.spec import sample_action
+from jaxflow.policies import Categorical, Policy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CARTPOLE = "gymnax/CartPole-v1"
@@ -51,7 +51,9 @@ def test_rollout_bootstraps_time_limits_and_records_episodes(T):
     carry = EnvCarry(state, obs, jnp.zeros(B), jnp.zeros(B, jnp.int32))
     config = PPOConfig(env=CARTPOLE)
     run = jax.jit(
-        lambda c, k: rollout(env, env_params, net.apply, sample_action, config, params, c, k, jnp.float32(0), T)
+        lambda c, k: rollout(
+            env, env_params, Policy(net, Categorical(2), (4,)), None, config, params, c, k, jnp.float32(0), T
+        )
     )
     carry, traj, (returns, lengths) = run(carry, jax.random.PRNGKey(2))
     truncated = (np.arange(T) % 5 == 4)[:, None].repeat(B, axis=1)
@@ -63,7 +65,7 @@ def test_rollout_bootstraps_time_limits_and_records_episodes(T):
     np.testing.assert_allclose(np.asarray(traj["bootstrap_value"]), 2.0, rtol=1e-6)
     np.testing.assert_array_equal(np.asarray(traj["last_obs"]), np.asarray(carry.obs))
     np.testing.assert_array_equal(np.asarray(carry.episode_length), [T % 5] * B)
-    assert traj["obs"].shape == (T, B, 4) and traj["logits"].shape == (T, B, 2)
+    assert traj["obs"].shape == (T, B, 4) and traj["dist_inputs"].shape == (T, B, 2)
 
 
 def test_device_mode_trains_with_the_algorithms_own_loss():
@@ -73,9 +75,9 @@ def test_device_mode_trains_with_the_algorithms_own_loss():
     assert spec.loss is jaxflow.algorithms.ppo.loss
     calls = []
 
-    def recording_loss(params, batch, rng, *, apply_fn, config):
+    def recording_loss(params, batch, rng, *, policy, config):
         calls.append(config)
-        return jaxflow.algorithms.ppo.loss(params, batch, rng, apply_fn=apply_fn, config=config)
+        return jaxflow.algorithms.ppo.loss(params, batch, rng, policy=policy, config=config)
 
     config = PPOConfig(env=CARTPOLE, num_envs=4, rollout_fragment_length=16, minibatch_size=32, iterations_per_call=1)
     program = DeviceProgram(config, dataclasses.replace(spec, loss=recording_loss))

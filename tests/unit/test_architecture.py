@@ -21,7 +21,9 @@ ENGINE_PARTS = ("api", "config", "dataflow", "learn", "networks", "ondevice", "o
 
 def loaded_after(code: str) -> list[str]:
     """The jaxflow modules a fresh interpreter has loaded after running ``code``."""
-    script = code + "\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'jaxflow')))"
+    script = (
+        code + "\nimport json, sys\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'jaxflow')))"
+    )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=REPO)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -66,7 +68,9 @@ def test_no_engine_module_imports_an_algorithm():
 def test_envs_imports_nothing_of_the_engine():
     offenders = {
         os.path.relpath(path, REPO): sorted(
-            m for m in imports_of(path) if m.startswith("jaxflow") and not m.startswith("jaxflow.envs") and m != "jaxflow"
+            m
+            for m in imports_of(path)
+            if m.startswith("jaxflow") and not m.startswith("jaxflow.envs") and m != "jaxflow"
         )
         for path in python_files(os.path.join(REPO, "envs"))
     }

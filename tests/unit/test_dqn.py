@@ -9,6 +9,7 @@ from jaxflow import ConfigError
 from jaxflow.algorithms.apex import ApexConfig, worker_epsilon
 from jaxflow.algorithms.dqn import DQNConfig, epsilon, epsilon_greedy, loss, n_step_targets, postprocess, td_errors
 from jaxflow.networks.mlp import MLPQNetwork
+from jaxflow.policies import Greedy, Policy, q_value_outputs
 
 
 def numpy_n_step(r, d, n):
@@ -81,12 +82,13 @@ def test_loss_is_importance_weighted_huber_and_targets_carry_no_gradient():
         weights=np.array([1.0, 0.5, 0.25, 1.0, 0.1, 0.9], np.float32),
     )
     cfg = DQNConfig(env="CartPole-v1", huber_delta=1.0)
-    total, metrics = loss(params, batch, jax.random.PRNGKey(0), target, apply_fn=net.apply, config=cfg)
+    policy = Policy(net, Greedy(2), (4,), outputs=q_value_outputs)
+    total, metrics = loss(params, batch, jax.random.PRNGKey(0), target, policy=policy, config=cfg)
     td = np.asarray(metrics["td_error"])
     huber = np.where(np.abs(td) <= 1, 0.5 * td**2, np.abs(td) - 0.5)
     np.testing.assert_allclose(float(total), np.mean(batch["weights"] * huber), rtol=1e-5)
     # Gradients flow only through q_tm1: the target network's parameters get none.
-    g_target = jax.grad(lambda tp: loss(params, batch, None, tp, apply_fn=net.apply, config=cfg)[0])(target)
+    g_target = jax.grad(lambda tp: loss(params, batch, None, tp, policy=policy, config=cfg)[0])(target)
     assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree_util.tree_leaves(g_target))
 
 
@@ -96,8 +98,9 @@ def test_dueling_head_centres_advantages():
     net = MLPQNetwork(4, (16,), dueling=True)
     obs = jax.random.normal(jax.random.PRNGKey(1), (3, 5))
     params = net.init(jax.random.PRNGKey(0), obs)
-    q, v = net.apply(params, obs)
+    q = net.apply(params, obs)
     assert q.shape == (3, 4)
+    _, v = q_value_outputs(q)  # the Q-policy's value: max_a Q
     np.testing.assert_allclose(np.asarray(v), np.asarray(q).max(-1))
     layers = params["params"]  # Dense_0: hidden, Dense_1: advantages [4], Dense_2: value [1]
     assert layers["Dense_1"]["bias"].shape == (4,) and layers["Dense_2"]["bias"].shape == (1,)
@@ -105,7 +108,7 @@ def test_dueling_head_centres_advantages():
     def shifted(layer: str, c: float):
         p = jax.tree_util.tree_map(lambda x: x, params)
         p["params"][layer]["bias"] = p["params"][layer]["bias"] + c
-        return np.asarray(net.apply(p, obs)[0])
+        return np.asarray(net.apply(p, obs))
 
     np.testing.assert_allclose(shifted("Dense_1", 5.0), np.asarray(q), atol=1e-5)
     np.testing.assert_allclose(shifted("Dense_2", 5.0), np.asarray(q) + 5.0, atol=1e-5)
@@ -114,9 +117,7 @@ def test_dueling_head_centres_advantages():
     pp = plain.init(jax.random.PRNGKey(0), obs)
     moved = jax.tree_util.tree_map(lambda x: x, pp)
     moved["params"]["Dense_1"]["bias"] = moved["params"]["Dense_1"]["bias"] + 5.0
-    np.testing.assert_allclose(
-        np.asarray(plain.apply(moved, obs)[0]), np.asarray(plain.apply(pp, obs)[0]) + 5.0, atol=1e-5
-    )
+    np.testing.assert_allclose(np.asarray(plain.apply(moved, obs)), np.asarray(plain.apply(pp, obs)) + 5.0, atol=1e-5)
 
 
 def test_postprocess_priorities_hand_checked():
@@ -128,7 +129,7 @@ def test_postprocess_priorities_hand_checked():
         actions=np.array([[1], [0]], np.int32),
         rewards=np.array([[1.0], [2.0]], np.float32),
         discounts=np.array([[0.5], [0.5]], np.float32),
-        logits=np.array([[[0.0, 3.0]], [[1.0, 4.0]]], np.float32),
+        dist_inputs=np.array([[[0.0, 3.0]], [[1.0, 4.0]]], np.float32),
         values=np.array([[3.0], [4.0]], np.float32),
         bootstrap_value=np.array([10.0], np.float32),
         logp=np.zeros((2, 1), np.float32),

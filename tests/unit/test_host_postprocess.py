@@ -23,7 +23,7 @@ def fragment(rng: np.random.Generator, obs_shape: tuple[int, ...] = (4, 84, 84))
         obs=rng.integers(0, 256, (T, B) + obs_shape, dtype=np.uint8),
         actions=rng.integers(0, A, (T, B)).astype(np.int32),
         logp=rng.normal(size=(T, B)).astype(np.float32),
-        logits=rng.normal(size=(T, B, A)).astype(np.float32),
+        dist_inputs=rng.normal(size=(T, B, A)).astype(np.float32),
         values=rng.normal(size=(T, B)).astype(np.float32),
         rewards=rng.normal(size=(T, B)).astype(np.float32),
         discounts=(0.99 * (rng.random((T, B)) > 0.2)).astype(np.float32),

@@ -1,12 +1,13 @@
 """PPO and A2C losses against an independent numpy implementation.
 
-A linear apply_fn defined here makes the logits and values exact functions of the
-test's own parameters, so the numpy reference sees the very same numbers.
+A linear network defined here (the policy's ``apply``) makes the logits and values exact
+functions of the test's own parameters, so the numpy reference sees the very same numbers.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -16,12 +17,17 @@ import pytest
 from jaxflow.algorithms import a2c, ppo
 from jaxflow.algorithms.a2c import A2CConfig
 from jaxflow.algorithms.ppo import PPOConfig
+from jaxflow.policies import Categorical, Policy
 
 N, D, A = 32, 3, 4
 
 
 def apply_fn(params, obs):
     return obs @ params["W"] + params["b"], obs @ params["wv"]
+
+
+# A categorical policy on the linear network (anything with ``apply`` serves as its network).
+POLICY = Policy(types.SimpleNamespace(apply=apply_fn), Categorical(A), (D,))
 
 
 def np_apply(params, obs):
@@ -96,7 +102,7 @@ def np_a2c_loss(params, batch, vf_coef, ent_coef):
 
 
 def _loss_fn(module, config, jit):
-    fn = functools.partial(module.loss, apply_fn=apply_fn, config=config)
+    fn = functools.partial(module.loss, policy=POLICY, config=config)
     return jax.jit(fn) if jit else fn
 
 
@@ -130,8 +136,8 @@ def test_ppo_loss_matches_numpy(jit, vf_clip):
 def test_ppo_value_clipping_changes_the_value_loss():
     params = make_params()
     batch = make_batch(params)
-    _, unclipped = ppo.loss(params, batch, RNG, apply_fn=apply_fn, config=PPOConfig(vf_clip=0.0))
-    _, clipped = ppo.loss(params, batch, RNG, apply_fn=apply_fn, config=PPOConfig(vf_clip=0.3))
+    _, unclipped = ppo.loss(params, batch, RNG, policy=POLICY, config=PPOConfig(vf_clip=0.0))
+    _, clipped = ppo.loss(params, batch, RNG, policy=POLICY, config=PPOConfig(vf_clip=0.3))
     # max(unclipped, clipped error) can only grow the loss; with these values it grows strictly.
     assert float(clipped["value_loss"]) > float(unclipped["value_loss"]) + 1e-3
 
@@ -139,7 +145,7 @@ def test_ppo_value_clipping_changes_the_value_loss():
 def test_ppo_ratio_one_gives_minus_mean_advantage():
     params = make_params()
     batch = make_batch(params, logp_noise=0.0)  # behaviour = current policy, so ratio == 1
-    _, metrics = ppo.loss(params, batch, RNG, apply_fn=apply_fn, config=PPOConfig())
+    _, metrics = ppo.loss(params, batch, RNG, policy=POLICY, config=PPOConfig())
     np.testing.assert_allclose(float(metrics["policy_loss"]), -batch["advantages"].mean(), atol=1e-6)
     assert abs(float(metrics["approx_kl"])) < 1e-6
     assert float(metrics["clip_fraction"]) == 0.0
@@ -150,7 +156,7 @@ def test_ppo_policy_gradient_vanishes_where_the_clip_is_active():
     batch = make_batch(params, logp_noise=0.0)
     batch["logp"] = batch["logp"] - 1.0  # ratio = e > 1 + eps for every sample
     cfg = PPOConfig(clip_eps=0.2, vf_coef=0.0, ent_coef=0.0)
-    grad = jax.grad(lambda p, b: ppo.loss(p, b, RNG, apply_fn=apply_fn, config=cfg)[0])
+    grad = jax.grad(lambda p, b: ppo.loss(p, b, RNG, policy=POLICY, config=cfg)[0])
 
     # Positive advantages: min picks the clipped, constant surrogate -> no policy gradient.
     pos = dict(batch, advantages=np.abs(batch["advantages"]) + 0.1)
@@ -198,7 +204,7 @@ def test_gradients_are_finite_and_match_finite_differences(algo):
     else:
         config = A2CConfig(vf_coef=0.5, ent_coef=0.01)
         loss, ref = a2c.loss, lambda p: np_a2c_loss(p, batch, 0.5, 0.01)[0]
-    grads = jax.jit(jax.grad(lambda p: loss(p, batch, RNG, apply_fn=apply_fn, config=config)[0]))(params)
+    grads = jax.jit(jax.grad(lambda p: loss(p, batch, RNG, policy=POLICY, config=config)[0]))(params)
     for k, g in grads.items():
         assert g.shape == params[k].shape
         assert np.isfinite(np.asarray(g)).all(), k
@@ -211,7 +217,7 @@ def test_a2c_advantages_carry_no_gradient():
     params = make_params()
     batch = make_batch(params)
     cfg = A2CConfig(vf_coef=0.0, ent_coef=0.0)
-    g_adv = jax.grad(lambda adv: a2c.loss(params, dict(batch, advantages=adv), RNG, apply_fn=apply_fn, config=cfg)[0])(
+    g_adv = jax.grad(lambda adv: a2c.loss(params, dict(batch, advantages=adv), RNG, policy=POLICY, config=cfg)[0])(
         jnp.asarray(batch["advantages"])
     )
     assert np.abs(np.asarray(g_adv)).max() == 0.0

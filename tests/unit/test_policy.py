@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxflow import Algorithm, AlgorithmSpec, RolloutWorker, WorkerSpec, envs, get_algorithm, register_algorithm
+from jaxflow import Algorithm, RolloutWorker, WorkerSpec, envs, get_algorithm, register_algorithm
 from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork
 from jaxflow.ondevice.rollout import EnvCarry, rollout
 from jaxflow.policies import Categorical, Greedy, Policy, q_value_outputs, unpack
@@ -64,8 +64,14 @@ def toy_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.
 
 
 A2C = get_algorithm("A2C")
-TOY = register_algorithm(dataclasses.replace(A2C, name="TOYMIXTURE", policy=toy_policy, config_cls=type(
-    "ToyMixtureConfig", (A2C.config_cls,), {"__module__": __name__})))
+TOY = register_algorithm(
+    dataclasses.replace(
+        A2C,
+        name="TOYMIXTURE",
+        policy=toy_policy,
+        config_cls=type("ToyMixtureConfig", (A2C.config_cls,), {"__module__": __name__}),
+    )
+)
 
 
 def chi_square_same(a: np.ndarray, b: np.ndarray, k: int) -> float:
@@ -159,8 +165,16 @@ def test_a_toy_distribution_acts_on_a_worker_and_on_the_device_with_the_same_log
 
 def test_an_algorithm_with_the_toy_policy_trains_in_ray_and_device_mode():
     for env, mode in (("CartPole-v1", "ray"), ("gymnax/CartPole-v1", "device")):
-        algo = Algorithm.build("TOYMIXTURE", env=env, mode=mode, num_workers=0, num_envs_per_worker=4,
-                               rollout_fragment_length=16, train_batch_size=64, iterations_per_call=2)
+        algo = Algorithm.build(
+            "TOYMIXTURE",
+            env=env,
+            mode=mode,
+            num_workers=0,
+            num_envs_per_worker=4,
+            rollout_fragment_length=16,
+            train_batch_size=64,
+            iterations_per_call=2,
+        )
         assert isinstance(algo.program.policy.distribution, UniformMixture)
         result = algo.train()
         assert result["num_updates"] >= 1 and np.isfinite(result["learner"]["loss"])

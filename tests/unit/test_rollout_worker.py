@@ -1,5 +1,5 @@
 """A rollout worker's fragment against the network and environment evaluated independently:
-every recorded logit and value is the network's on the recorded observation, the bootstrap
+every recorded logit (the policy's distribution inputs) and value is the network's on the recorded observation, the bootstrap
 value is the network's on the observation after the fragment, and a time limit's reward is
 bootstrapped from the value of the final observation, found here by replaying the actions."""
 
@@ -29,9 +29,9 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
         seed=7,
         sample_async=sample_async,
     )
-    network, learner = build_learner(config, spec)
+    policy, learner = build_learner(config, spec)
     params = learner.get_weights()
-    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
     worker.set_weights(params, 0)
     first, second = worker.sample(), worker.sample()
 
@@ -39,11 +39,11 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
     np.testing.assert_array_equal(replay.reset(), first.data["obs"][0])
     for frag in (first, second):
         d = frag.data
-        logits, values = network.apply(params, d["obs"].reshape(36, 4))
-        np.testing.assert_allclose(d["logits"], np.asarray(logits).reshape(12, 3, 2), rtol=1e-5, atol=1e-6)
+        logits, values = policy.apply(params, d["obs"].reshape(36, 4))
+        np.testing.assert_allclose(d["dist_inputs"], np.asarray(logits).reshape(12, 3, 2), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(d["values"], np.asarray(values).reshape(12, 3), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(
-            d["bootstrap_value"], np.asarray(network.apply(params, d["last_obs"])[1]), rtol=1e-5, atol=1e-6
+            d["bootstrap_value"], np.asarray(policy.apply(params, d["last_obs"])[1]), rtol=1e-5, atol=1e-6
         )
         truncations = 0
         for t in range(12):
@@ -52,7 +52,7 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
             cut = step.truncated & ~step.terminated
             if cut.any():
                 truncations += cut.sum()
-                v_final = np.asarray(network.apply(params, step.final_obs)[1])
+                v_final = np.asarray(policy.apply(params, step.final_obs)[1])
                 expected = expected + config.gamma * cut * v_final
             np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(
@@ -77,8 +77,8 @@ def test_sample_timing_splits_the_workers_time_between_env_and_policy():
         rollout_fragment_length=10,
         seed=0,
     )
-    network, learner = build_learner(config, spec)
-    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    policy, learner = build_learner(config, spec)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
     worker.set_weights(learner.get_weights(), 0)
     worker.sample()  # compiles the forward pass
     timing = worker.sample().timing
@@ -108,9 +108,9 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
         rollout_fragment_length=20,
         seed=3,
     )
-    network, learner = build_learner(config, spec)
+    policy, learner = build_learner(config, spec)
     params = learner.get_weights()
-    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
     worker.set_weights(params, 0)
     d = worker.sample().data
 
@@ -123,7 +123,7 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
         expected = step.reward.astype(np.float64)
         if cut.any():
             truncations += cut.sum()
-            expected = expected + config.gamma * cut * np.asarray(network.apply(params, step.final_obs)[1])
+            expected = expected + config.gamma * cut * np.asarray(policy.apply(params, step.final_obs)[1])
         np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(d["discounts"][t], np.float32(config.gamma) * ~(step.terminated | step.truncated))
         np.testing.assert_array_equal(step.obs, d["obs"][t + 1] if t < 19 else d["last_obs"])
@@ -177,10 +177,10 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
     config = spec.config_cls(
         env="CartPole-v1", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=8, seed=1, sample_async=True
     )
-    network, learner = build_learner(config, spec)
+    policy, learner = build_learner(config, spec)
     old = learner.get_weights()
     new = jax.tree.map(lambda x: x + 0.05, old)
-    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
     worker.set_weights(old, 0)
     batches = [worker.sample()]
     deadline = time.monotonic() + 30.0
@@ -193,8 +193,8 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
     assert [b.weights_version for b in batches] == [0, 0, 1, 1]
     for b in batches:
         params = (old, new)[b.weights_version]
-        logits, _ = network.apply(params, b.data["obs"].reshape(16, 4))
-        np.testing.assert_allclose(b.data["logits"], np.asarray(logits).reshape(8, 2, 2), rtol=1e-5, atol=1e-6)
+        logits, _ = policy.apply(params, b.data["obs"].reshape(16, 4))
+        np.testing.assert_allclose(b.data["dist_inputs"], np.asarray(logits).reshape(8, 2, 2), rtol=1e-5, atol=1e-6)
     worker.close()
 
 
@@ -207,8 +207,8 @@ def test_an_env_error_in_the_sampler_thread_reaches_the_caller():
         rollout_fragment_length=4,
         sample_async=True,
     )
-    network, learner = build_learner(config, spec)
-    worker = RolloutWorker(WorkerSpec(config, network), index=0)
+    policy, learner = build_learner(config, spec)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
     worker.set_weights(learner.get_weights(), 0)
     for _ in range(2):
         with pytest.raises(envs.EnvSpaceError, match="test/WrongObservationShape-v0"):

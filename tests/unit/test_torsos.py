@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxflow.networks.build import forward_packed
 from jaxflow.networks.conv import ConvActorCritic, ConvQNetwork, ImpalaResNet, NatureCNN, cpu_matmul_conv
+from jaxflow.policies import Categorical, Greedy, Policy, q_value_outputs
 
 A = 6
 
@@ -68,27 +68,29 @@ def test_actor_critic_head(obs, torso):
     params = net.init(jax.random.PRNGKey(0), obs)
     logits, value = jax.jit(net.apply)(params, obs)
     assert logits.shape == (2, A) and value.shape == (2,)
-    assert forward_packed(net.apply, params, obs).shape == (2, A + 1)  # the rollout workers' call
+    policy = Policy(net, Categorical(A), obs.shape[1:])
+    assert policy.forward_packed(params, obs).shape == (2, A + 1)  # the rollout workers' call
 
 
 @pytest.mark.parametrize("torso", ["nature", "impala"])
 def test_q_network_dueling_structure(obs, torso):
     net = ConvQNetwork(A, torso=torso, dueling=True)
     params = net.init(jax.random.PRNGKey(0), obs)
-    (q, q_max), state = net.apply(params, obs, mutable=["intermediates"])
+    q, state = net.apply(params, obs, mutable=["intermediates"])
+    _, q_max = Policy(net, Greedy(A), obs.shape[1:], outputs=q_value_outputs).apply(params, obs)
     assert q.shape == (2, A) and q_max.shape == (2,)
-    np.testing.assert_allclose(q_max, q.max(axis=-1))
+    np.testing.assert_allclose(q_max, q.max(axis=-1), rtol=1e-6)
     (value,) = state["intermediates"]["state_value"]
     np.testing.assert_allclose(q.mean(axis=-1), value, rtol=1e-5, atol=1e-5)  # mean_a A = 0
-    q_jit, _ = jax.jit(net.apply)(params, obs)
+    q_jit = jax.jit(net.apply)(params, obs)
     np.testing.assert_allclose(q_jit, q, rtol=1e-5, atol=1e-5)
 
 
 def test_q_network_without_dueling(obs):
     net = ConvQNetwork(A, dueling=False)
     params = net.init(jax.random.PRNGKey(0), obs)
-    q, q_max = net.apply(params, obs)
-    assert q.shape == (2, A) and q_max.shape == (2,)
+    q = net.apply(params, obs)
+    assert q.shape == (2, A)
     assert "value" not in params["params"] and "q" in params["params"]
 
 

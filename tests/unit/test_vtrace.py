@@ -13,6 +13,7 @@ from jaxflow.algorithms.appo import APPOConfig
 from jaxflow.algorithms.appo import loss as appo_loss
 from jaxflow.algorithms.impala import IMPALAConfig, batch_major, encode, loss, vtrace
 from jaxflow.networks.mlp import MLPActorCritic
+from jaxflow.policies import Categorical, Policy
 from jaxflow.rollout.batch import SampleBatch, concat_batches
 
 
@@ -117,7 +118,7 @@ def test_losses_on_policy_reduce_to_actor_critic_with_bootstrapped_returns(algo)
     config, fn = (
         (IMPALAConfig(env="CartPole-v1"), loss) if algo == "IMPALA" else (APPOConfig(env="CartPole-v1"), appo_loss)
     )
-    _, metrics = fn(params, host, None, apply_fn=net.apply, config=config)
+    _, metrics = fn(params, host, None, policy=Policy(net, Categorical(2), (4,)), config=config)
     _, v = net.apply(params, np.concatenate([data["obs"], data["last_obs"][None]]).reshape((T + 1) * B, 4))
     v = np.asarray(v).reshape(T + 1, B)
     ret = np.zeros((T, B))
@@ -160,7 +161,8 @@ def test_frames_sent_once_give_the_same_loss_and_gradients_as_whole_stacks(algo)
     assert encode(data, dataclasses.replace(config, send_frames_once=False)).keys() == data.keys()
     net = MLPActorCritic(3, (8,), obs_ndim=3)
     params = net.init(jax.random.PRNGKey(0), stacks[0])
-    grad = jax.jit(jax.grad(lambda p, batch: fn(p, batch, None, apply_fn=net.apply, config=config), has_aux=True))
+    policy = Policy(net, Categorical(3), stacks.shape[-3:])
+    grad = jax.jit(jax.grad(lambda p, batch: fn(p, batch, None, policy=policy, config=config), has_aux=True))
     g_stacks, m_stacks = grad(params, batch_major(data))
     g_frames, m_frames = grad(params, batch_major(encoded))
     for name in m_stacks:
