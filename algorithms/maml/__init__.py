@@ -46,6 +46,7 @@ from jaxflow.algorithms.maml.losses import (
     shard_key,
 )
 from jaxflow.api.ray_program import init_ray
+from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.config.fields import POSITIVE, ConfigError, param, require
 from jaxflow.dataflow.iterators import LocalIterator, Operator
 from jaxflow.envs.tasks import list_task_distributions, make_task_distribution
@@ -279,7 +280,8 @@ class MAMLProgram:
                 record(self.context, out)
                 yield out
 
-        return ReportMetrics(from_iterator(gen, self.context, "MAML"), None, self.config.min_env_steps_per_iteration)
+        source = from_iterator(gen, self.context, "MAML")
+        return ReportMetrics(source, None, self.config.min_env_steps_per_iteration, self.config.iterations_per_call)
 
     def get_state(self) -> MAMLState:
         return jax.device_get(self.state)
@@ -297,7 +299,7 @@ class MAMLProgram:
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
         """Adaptation to ``episodes`` held-out tasks (drawn from ``seed``, by default a seed
         apart from training's): see :func:`evaluate_adaptation`."""
-        seed = self.config.seed + 7_777_777 if seed is None else seed
+        seed = self.config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
         return evaluate_adaptation(self.collect, self.get_weights(member), jax.random.PRNGKey(seed), episodes)
 
     def stop(self) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 from jaxflow import envs
 from jaxflow.algorithms.multiagent.config import MultiAgentConfig
 from jaxflow.api.ray_program import build_learner, check_spaces, init_ray
+from jaxflow.config.constants import EVALUATION_SEED_OFFSET, THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import require
 from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
@@ -122,7 +123,7 @@ class MultiAgentProgram:
         """Every policy acting greedily for its agents in ``episodes`` episodes: the mean and
         standard deviation of the episode return (summed over agents), and each policy's mean
         return per agent."""
-        seed = self.config.seed + 7_777_777 if seed is None else seed
+        seed = self.config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
         env = envs.MultiAgentVectorEnv(self.config.env, 1, seed, self.config.env_config)
         act = {pid: jax.jit(policy.greedy) for pid, policy in self.policy.items()}
         weights = self.get_weights()
@@ -157,5 +158,5 @@ class MultiAgentProgram:
         self.workers.stop()
         if self.replay is not None:
             self.replay.stop()
-        if not self._results.join():
-            log.warning("some of the plan's background threads did not end within 30 s")
+        if not self._results.join(THREAD_JOIN_TIMEOUT_S):
+            log.warning("some of the plan's background threads did not end within %.0f s", THREAD_JOIN_TIMEOUT_S)

@@ -42,7 +42,8 @@ def train(
     verbose: bool = True,
 ) -> dict[str, Any]:
     """Trains until a stop condition holds; logs to ``logdir`` and checkpoints there
-    every ``checkpoint_every`` iterations (0: only at the end) and at the end."""
+    every ``checkpoint_every`` iterations (0: only at the end) and at the end. A result of
+    several iterations (device mode) checkpoints when it passes a multiple of ``checkpoint_every``."""
     if not stop:
         raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
     writers: list[Any] = []
@@ -54,6 +55,7 @@ def train(
     if verbose:
         writers.append(ConsoleProgress(stop))
     result: dict[str, Any] = {}
+    last_saved = algo.iteration
     try:
         while True:
             result = algo.train()
@@ -61,8 +63,13 @@ def train(
                 w.write(result)
             if should_stop(result, stop):
                 break
-            if logdir and checkpoint_every and result["training_iteration"] % checkpoint_every == 0:
+            if (
+                logdir
+                and checkpoint_every
+                and result["training_iteration"] // checkpoint_every > last_saved // checkpoint_every
+            ):
                 algo.save(logdir)
+                last_saved = result["training_iteration"]
         if logdir:
             algo.save(logdir)
     finally:

@@ -14,6 +14,7 @@ import jax
 from jaxflow import envs
 from jaxflow.api.program import CheckpointFiles
 from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.learn.learner import Learner
@@ -25,9 +26,6 @@ from jaxflow.rollout.worker import WorkerSpec
 from jaxflow.rollout.worker_set import WorkerSet
 
 log = logging.getLogger(__name__)
-
-JOIN_TIMEOUT_S = 30.0
-"""How long stopping waits for the plan's background threads."""
 
 
 class RayProgram:
@@ -98,8 +96,8 @@ class RayProgram:
         self.workers.stop()
         if self.replay is not None:
             self.replay.stop()
-        if not self._results.join(JOIN_TIMEOUT_S):
-            log.warning("some of the plan's background threads did not end within %.0f s", JOIN_TIMEOUT_S)
+        if not self._results.join(THREAD_JOIN_TIMEOUT_S):
+            log.warning("some of the plan's background threads did not end within %.0f s", THREAD_JOIN_TIMEOUT_S)
 
 
 def env_spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:

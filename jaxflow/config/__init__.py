@@ -1,6 +1,17 @@
 """Config machinery: frozen, validated dataclasses and their parsing from ``--set FIELD=VALUE``."""
 
 from jaxflow.config.common import CommonConfig
+from jaxflow.config.constants import (
+    ACTOR_STOP_TIMEOUT_S,
+    EVALUATION_SEED_OFFSET,
+    FREE_CPU_PATIENCE_S,
+    INCARNATION_SEED_STRIDE,
+    POLL_S,
+    STARTUP_TIMEOUT_S,
+    THREAD_JOIN_TIMEOUT_S,
+    WORKER_SEED_STRIDE,
+    worker_seed,
+)
 from jaxflow.config.fields import (
     NON_NEGATIVE,
     POSITIVE,
@@ -19,9 +30,17 @@ from jaxflow.config.fields import (
 )
 
 __all__ = [
+    "ACTOR_STOP_TIMEOUT_S",
+    "EVALUATION_SEED_OFFSET",
+    "FREE_CPU_PATIENCE_S",
+    "INCARNATION_SEED_STRIDE",
     "NON_NEGATIVE",
+    "POLL_S",
     "POSITIVE",
+    "STARTUP_TIMEOUT_S",
+    "THREAD_JOIN_TIMEOUT_S",
     "UNIT",
+    "WORKER_SEED_STRIDE",
     "Check",
     "CommonConfig",
     "ConfigError",
@@ -34,4 +53,5 @@ __all__ = [
     "to_json_dict",
     "validate",
     "with_overrides",
+    "worker_seed",
 ]

@@ -43,7 +43,7 @@ class ParallelIterator(Generic[T]):
     """One stream per actor; items are produced on the actors and gathered lazily.
 
     Example:
-        >>> grads = ParallelRollouts(workers, mode="raw").par_for_each(ComputeGradients())
+        >>> grads = ParallelRollouts(workers, mode="raw").par_for_each(ComputeGradients())  # doctest: +SKIP
         >>> first = next(grads.gather_async(num_async=1))  # doctest: +SKIP
     """
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from jaxflow.config.constants import POLL_S
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator
 
 
@@ -27,6 +28,7 @@ def Concurrently(
     the plan has one set of metrics.
 
     Example:
+        >>> from jaxflow.dataflow.iterators import from_items
         >>> a, b = from_items([1, 2, 3]), from_items(["x", "y", "z"])
         >>> Concurrently([a, b], mode="round_robin").take(4)
         [1, 'x', 2, 'y']
@@ -132,16 +134,12 @@ class _Failure:
         self.error = error
 
 
-_POLL_S = 0.5
-"""How long a blocking queue call waits before it re-checks that the thread is alive."""
-
-
 def put(q: queue.Queue, item: Any, give_up: Callable[[], bool]) -> bool:
     """Blocks until ``item`` is in ``q`` (True) or ``give_up()`` turns true (False),
     checking ``give_up`` every half second rather than spinning."""
     while not give_up():
         try:
-            q.put(item, timeout=_POLL_S)
+            q.put(item, timeout=POLL_S)
             return True
         except queue.Full:
             continue

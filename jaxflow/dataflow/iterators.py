@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
+from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.dataflow.context import FlowContext
 
 T = TypeVar("T")
@@ -120,7 +121,7 @@ class LocalIterator(Generic[T]):
         gathers from actors) to stop at its next check, e.g. before its actors are killed."""
         self._shared.stopped.set()
 
-    def join(self, timeout_s: float = 30.0) -> bool:
+    def join(self, timeout_s: float = THREAD_JOIN_TIMEOUT_S) -> bool:
         """Waits until the plan's background threads have ended (after :meth:`stop`, and once
         calls to actors that were killed have returned); True if they all did in time.
         Shutting Ray down under a thread still inside a Ray call would end the process."""

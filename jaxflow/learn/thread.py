@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jaxflow.dataflow.concurrency import _POLL_S, put
+from jaxflow.config.constants import POLL_S
+from jaxflow.dataflow.concurrency import put
 
 if TYPE_CHECKING:
     from jaxflow.learn.learner import Learner
@@ -58,7 +59,7 @@ class LearnerThread(threading.Thread):
             while not self._stop_event.is_set():
                 t0 = time.perf_counter()
                 try:
-                    item = self.inqueue.get(timeout=_POLL_S)
+                    item = self.inqueue.get(timeout=POLL_S)
                 except queue.Empty:
                     self.stats["inqueue_wait_s"] += time.perf_counter() - t0
                     continue

@@ -23,11 +23,10 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxflow.config.constants import POLL_S
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator
 from jaxflow.learn.learner import Learner
 from jaxflow.rollout.batch import flatten_time_major
-
-_POLL_S = 0.5
 
 
 class DeviceBatch(NamedTuple):
@@ -110,7 +109,7 @@ def ToDevice(
         # Blocks while `prefetch` transfers wait, but gives up once the consumer or the plan has stopped.
         while not stopping():
             try:
-                ready.put(out, timeout=_POLL_S)
+                ready.put(out, timeout=POLL_S)
                 return
             except queue.Full:
                 continue
@@ -141,7 +140,7 @@ def ToDevice(
                 t0 = time.perf_counter()
                 while True:
                     try:
-                        got = ready.get(timeout=_POLL_S)
+                        got = ready.get(timeout=POLL_S)
                         break
                     except queue.Empty:
                         if not thread.is_alive():

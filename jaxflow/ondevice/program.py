@@ -95,7 +95,9 @@ class DeviceProgram:
         self.state = jax.device_put(state, self._shardings, may_alias=False)
         self._run = jax.jit(self._run_members, donate_argnums=0)
         self.files = None  # everything is in the state
-        self._results = ReportMetrics(OnDevice(self), None, config.min_env_steps_per_iteration)
+        self._results = ReportMetrics(
+            OnDevice(self), None, config.min_env_steps_per_iteration, iterations_per_item=config.iterations_per_call
+        )
 
     @property
     def loss(self) -> Callable[..., Any]:

@@ -6,6 +6,7 @@ from jaxflow.ops.metrics import (
     ENV_STEPS_TRAINED,
     NUM_UPDATES,
     NUM_WEIGHT_SYNCS,
+    TRAINING_ITERATION,
     Context,
     EpisodeWindow,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "NUM_WEIGHT_SYNCS",
     "REPLAY_ITEMS_DROPPED",
     "REPLAY_ITEMS_STORED",
+    "TRAINING_ITERATION",
     "ApplyGradients",
     "BroadcastWeights",
     "ComputeGradients",

@@ -27,6 +27,8 @@ NUM_UPDATES = "num_updates"
 
 
 NUM_WEIGHT_SYNCS = "num_weight_syncs"
+TRAINING_ITERATION = "training_iteration"
+"""Rollout-and-update iterations so far, the same unit in every kind of run."""
 
 
 class EpisodeWindow:

@@ -9,18 +9,32 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxflow.dataflow.iterators import LocalIterator
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
+from jaxflow.ops.metrics import (
+    ENV_STEPS_SAMPLED,
+    ENV_STEPS_TRAINED,
+    NUM_UPDATES,
+    NUM_WEIGHT_SYNCS,
+    TRAINING_ITERATION,
+    Context,
+)
 from jaxflow.rollout.worker_set import WorkerSet
 
 
 def ReportMetrics(
-    train: LocalIterator[Any], workers: WorkerSet | None, min_env_steps_per_iteration: int = 0
+    train: LocalIterator[Any],
+    workers: WorkerSet | None,
+    min_env_steps_per_iteration: int = 0,
+    iterations_per_item: int = 1,
 ) -> LocalIterator[dict[str, Any]]:
     """Turns a stream of training steps into one result dict per training iteration.
 
     An iteration pulls at least one item and at least ``min_env_steps_per_iteration``
-    sampled env steps. ``time_s`` is wall time since training began, carried across
-    resumes through the context's ``time_s`` counter.
+    sampled env steps. A stream whose every item is several iterations already (device
+    mode's compiled call of ``iterations_per_call`` rollouts and updates) says so with
+    ``iterations_per_item``: ``training_iteration`` then still counts rollout-and-update
+    iterations, so ``--stop training_iteration=N`` means the same in every kind of run, and
+    ``iterations_this_result`` says how many one result holds. ``time_s`` is wall time since
+    training began, carried across resumes through the context's ``time_s`` counter.
 
     Example:
         >>> results = ReportMetrics(train_op, workers)  # doctest: +SKIP
@@ -36,12 +50,17 @@ def ReportMetrics(
         while True:
             t0, s0 = time.monotonic(), ctx.counters[ENV_STEPS_SAMPLED]
             next(train)
+            items = 1
             while ctx.counters[ENV_STEPS_SAMPLED] - s0 < min_env_steps_per_iteration:
                 next(train)
+                items += 1
             now = time.monotonic()
-            ctx.counters["training_iteration"] += 1
+            iterations = 1 if iterations_per_item == 1 else items * iterations_per_item
+            ctx.counters[TRAINING_ITERATION] += iterations
             ctx.counters["time_s"] = time_base + (now - clock)  # type: ignore[assignment]  # a Counter of numbers
-            yield results(ctx, workers, ctx.counters[ENV_STEPS_SAMPLED] - s0, now - t0)
+            yield dict(
+                results(ctx, workers, ctx.counters[ENV_STEPS_SAMPLED] - s0, now - t0), iterations_this_result=iterations
+            )
 
     return LocalIterator(gen, train._shared, "ReportMetrics")
 
@@ -51,7 +70,7 @@ def results(ctx: Context, workers: WorkerSet | None, steps_this_iter: int, secon
     device mode, which has no rollout workers)."""
     c = ctx.counters
     out = {
-        "training_iteration": int(c["training_iteration"]),
+        TRAINING_ITERATION: int(c[TRAINING_ITERATION]),
         ENV_STEPS_SAMPLED: int(c[ENV_STEPS_SAMPLED]),
         ENV_STEPS_TRAINED: int(c[ENV_STEPS_TRAINED]),
         **ctx.episode_stats(),

@@ -14,11 +14,10 @@ from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker,
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
 from jaxflow.rollout.worker import Rollout, RolloutWorker, Stopwatch, WorkerSpec, make_vector_envs
-from jaxflow.rollout.worker_set import STARTUP_TIMEOUT_S, WorkerCrashedError, WorkerSet
+from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
 __all__ = [
     "PER_ENV_FIELDS",
-    "STARTUP_TIMEOUT_S",
     "GradientsResult",
     "HostPostprocess",
     "MultiAgentBatch",

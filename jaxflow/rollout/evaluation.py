@@ -8,13 +8,14 @@ import jax
 import numpy as np
 
 from jaxflow import envs
+from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.policies.policy import Policy
 
 
 def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
     of ``config.env``, stepped on the host."""
-    seed = config.seed + 7_777_777 if seed is None else seed
+    seed = config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
     env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
     act = jax.jit(policy.greedy)
     returns, lengths = [], []

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from jaxflow import envs
+from jaxflow.config.constants import worker_seed
 from jaxflow.policies.policy import unpack
 from jaxflow.rollout.batch import SampleBatch, SampleTiming, concat_batches, sum_timings
 from jaxflow.rollout.postprocess import HostPostprocess
@@ -72,7 +73,7 @@ class MultiAgentRolloutWorker:
             envs.adopt(env_entry)
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
-        seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
+        seed = worker_seed(cfg.seed, index, incarnation)
         self.env = envs.MultiAgentVectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
         self.policies = spec.policies
         self.agents = {pid: [a for a in self.env.agents if spec.mapping[a] == pid] for pid in spec.policies}

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from jaxflow import envs
+from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow.iterators import _call
 from jaxflow.policies.policy import Policy, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
@@ -104,7 +105,7 @@ class RolloutWorker:
             envs.adopt(env_entry)
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
-        seed = cfg.seed + 10_000 * index + 1_000_000 * incarnation
+        seed = worker_seed(cfg.seed, index, incarnation)
         self.envs = make_vector_envs(cfg, seed, index, incarnation)
         self.policy = spec.policy
         self._forward = jax.jit(spec.policy.forward_packed)

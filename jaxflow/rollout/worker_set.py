@@ -12,14 +12,12 @@ from typing import Any
 import ray
 
 from jaxflow import envs
+from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, FREE_CPU_PATIENCE_S, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.actors import jax_actor
 from jaxflow.rollout.worker import RolloutWorker
 
 log = logging.getLogger(__name__)
-
-
-STARTUP_TIMEOUT_S = 180.0
 
 
 class WorkerCrashedError(RuntimeError):
@@ -166,12 +164,12 @@ class WorkerSet:
         self._slots.clear()
         for h in actors:
             try:
-                ray.get(h.ping.remote(), timeout=30)
+                ray.get(h.ping.remote(), timeout=ACTOR_STOP_TIMEOUT_S)
             except ray.exceptions.RayError:
                 pass
 
 
-def _free_cpus(need: float, patience_s: float = 15.0) -> float:
+def _free_cpus(need: float, patience_s: float = FREE_CPU_PATIENCE_S) -> float:
     """Free CPUs in the Ray cluster, waiting up to ``patience_s`` for ``need`` of them:
     actors killed a moment ago release theirs asynchronously."""
     deadline = time.monotonic() + patience_s

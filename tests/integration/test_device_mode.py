@@ -24,10 +24,26 @@ def test_on_policy_algorithms_run_on_the_device(name):
     algo = Algorithm.build(name, env=CARTPOLE, iterations_per_call=2, min_env_steps_per_iteration=0)
     results = [algo.train() for _ in range(3)]
     r = results[-1]
-    assert algo.mode == "device" and r["training_iteration"] == 3
+    # One result is one compiled call of iterations_per_call rollout-and-update iterations,
+    # and training_iteration counts iterations, as it does in Ray mode.
+    assert algo.mode == "device" and [x["training_iteration"] for x in results] == [2, 4, 6]
+    assert r["iterations_this_result"] == 2
     assert r["env_steps_sampled"] == r["env_steps_trained"] == 3 * 2 * algo.program.steps_per_iteration
     assert r["num_updates"] == 6 and r["episodes"] > 0
     assert np.isfinite(r["learner"]["loss"]) and np.isfinite(r["episode_return_mean"])
+
+
+def test_stop_at_a_training_iteration_means_the_same_rollouts_and_updates_on_the_device(tmp_path):
+    """--stop training_iteration=6 with 2 iterations per compiled call: three calls, six
+    rollouts of num_envs x rollout_fragment_length steps, six updates; a checkpoint is
+    written when a result passes a multiple of checkpoint_every (3: at 4, not 2) and at the end."""
+    algo = Algorithm.build("A2C", env=CARTPOLE, num_envs=8, iterations_per_call=2, min_env_steps_per_iteration=0)
+    result = train(algo, {"training_iteration": 6}, str(tmp_path), checkpoint_every=3, verbose=False)
+    assert result["training_iteration"] == 6 and result["num_updates"] == 6
+    assert result["env_steps_sampled"] == 6 * algo.program.steps_per_iteration
+    saved = sorted(d for d in os.listdir(tmp_path) if d.startswith("checkpoint_"))
+    assert saved == ["checkpoint_000004", "checkpoint_000006"]
+    algo.stop()
 
 
 def test_dqn_trains_from_an_on_device_replay_buffer():

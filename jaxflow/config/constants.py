@@ -1,0 +1,44 @@
+"""Seed offsets and timeouts, named in one place.
+
+Seeds: every random stream of a run derives from ``config.seed`` by these offsets, so runs
+are reproducible and no two streams coincide. Timeouts: how long the engine waits for
+actors and threads before it reports them as failed or moves on.
+"""
+
+from __future__ import annotations
+
+WORKER_SEED_STRIDE = 10_000
+"""Seed distance between rollout workers: env ``j`` of worker ``i`` is seeded
+``seed + i * WORKER_SEED_STRIDE + j`` (room for that many envs per worker)."""
+
+INCARNATION_SEED_STRIDE = 1_000_000
+"""Seed distance between incarnations of a restarted worker, so that a replacement does not
+replay the episodes its predecessor already sampled."""
+
+EVALUATION_SEED_OFFSET = 7_777_777
+"""Evaluation episodes are seeded this far from training's by default."""
+
+STARTUP_TIMEOUT_S = 180.0
+"""How long a new actor may take to answer (a fresh process imports JAX)."""
+
+ACTOR_STOP_TIMEOUT_S = 30.0
+"""How long stopping waits for killed actors to be gone."""
+
+THREAD_JOIN_TIMEOUT_S = 30.0
+"""How long stopping waits for a plan's background threads."""
+
+POLL_S = 0.5
+"""How often a blocking wait on a queue re-checks whether it should give up."""
+
+FREE_CPU_PATIENCE_S = 15.0
+"""How long starting workers waits for the CPUs of actors killed a moment ago."""
+
+
+def worker_seed(seed: int, index: int, incarnation: int = 0) -> int:
+    """The base seed of rollout worker ``index`` in its ``incarnation``-th life.
+
+    Example:
+        >>> worker_seed(0, index=2, incarnation=1)
+        1020000
+    """
+    return seed + WORKER_SEED_STRIDE * index + INCARNATION_SEED_STRIDE * incarnation
