@@ -2,7 +2,7 @@
 
 from jaxflow.algorithms.a2c import A2C, A2CConfig
 from jaxflow.algorithms.a3c import A3C, A3CConfig
-from jaxflow.algorithms.apex import APEX, ApexConfig
+from jaxflow.algorithms.apex import APEX, APEXConfig
 from jaxflow.algorithms.appo import APPO, APPOConfig
 from jaxflow.algorithms.dqn import DQN, DQNConfig
 from jaxflow.algorithms.impala import IMPALA, IMPALAConfig
@@ -22,8 +22,8 @@ __all__ = [
     "PPO",
     "A2CConfig",
     "A3CConfig",
+    "APEXConfig",
     "APPOConfig",
-    "ApexConfig",
     "DQNConfig",
     "IMPALAConfig",
     "MAMLConfig",

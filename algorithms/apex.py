@@ -34,7 +34,7 @@ from jaxflow.policies import q_policy
 
 
 @dataclasses.dataclass(frozen=True)
-class ApexConfig(DQNConfig):
+class APEXConfig(DQNConfig):
     """Ape-X settings: DQN's, plus the actors', the replay shards' and the learner thread's."""
 
     num_workers: int = param(2, POSITIVE)
@@ -50,7 +50,7 @@ class ApexConfig(DQNConfig):
     samples_per_insert: float | None = None  # type: ignore[assignment]  # Ape-X's limiter is optional, DQN's is not
     """Rate limiter (Reverb's sample-to-insert ratio) on every shard; None (default) lets the
     learner replay as fast as it can, as in the paper."""
-    target_network_update_freq: int = param(100, POSITIVE)
+    target_update_period: int = param(100, POSITIVE)
     """SGD steps between target network copies."""
     max_weight_sync_delay: int = param(400, POSITIVE)
     """Env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
@@ -73,14 +73,14 @@ class ApexConfig(DQNConfig):
             self.replay_batch_size % self.train_batch_size == 0,
             f"replay_batch_size ({self.replay_batch_size}) must be a multiple of train_batch_size ({self.train_batch_size}).",
         )
-        require(self.num_workers >= 1, "ApexConfig.num_workers must be >= 1: its actors are Ray actors.")
+        require(self.num_workers >= 1, "APEXConfig.num_workers must be >= 1: its actors are Ray actors.")
         require(
             self.samples_per_insert is None or self.samples_per_insert > 0,
-            f"ApexConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.",
+            f"APEXConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.",
         )
 
 
-def worker_epsilon(config: ApexConfig, worker_index: int) -> float:
+def worker_epsilon(config: APEXConfig, worker_index: int) -> float:
     """Ape-X's fixed per-actor exploration rates ``eps_i = eps^(1 + alpha i / (N - 1))``
     (Horgan et al., 2018, Section 4.1); a single actor uses ``eps``."""
     n = config.num_workers
@@ -89,12 +89,12 @@ def worker_epsilon(config: ApexConfig, worker_index: int) -> float:
 
 
 def explore(
-    rng: np.random.Generator, q: np.ndarray, config: ApexConfig, worker_index: int, env_steps: int
+    rng: np.random.Generator, q: np.ndarray, config: APEXConfig, worker_index: int, env_steps: int
 ) -> tuple[np.ndarray, np.ndarray]:
     return epsilon_greedy(rng, q, worker_epsilon(config, worker_index))
 
 
-def make_limited_replay(config: ApexConfig) -> Any:
+def make_limited_replay(config: APEXConfig) -> Any:
     # The slack admits one actor's fragment after a full batch, so some call can always proceed.
     r = config.samples_per_insert
     fragment = config.num_envs_per_worker * config.rollout_fragment_length
@@ -102,7 +102,7 @@ def make_limited_replay(config: ApexConfig) -> Any:
     return make_replay(config, r, slack)
 
 
-def plan(workers, learner, config: ApexConfig, replay):
+def plan(workers, learner, config: APEXConfig, replay):
     thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
     # (1) actors sample asynchronously into random shards and fetch new weights every so often
     store = (
@@ -119,7 +119,7 @@ def plan(workers, learner, config: ApexConfig, replay):
     update = (
         Dequeue(thread)
         .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
-        .for_each(UpdateTargetNetwork(learner, config.target_network_update_freq))
+        .for_each(UpdateTargetNetwork(learner, config.target_update_period))
     )
     return ReportMetrics(
         Concurrently([store, feed, update], mode="async", output_indexes=[2]),
@@ -131,7 +131,7 @@ def plan(workers, learner, config: ApexConfig, replay):
 APEX = register_algorithm(
     AlgorithmSpec(
         "APEX",
-        ApexConfig,
+        APEXConfig,
         loss,
         plan,
         postprocess,

@@ -219,7 +219,7 @@ class MAMLProgram:
         self._optimizer = make_optimizer(config.lr, config.max_grad_norm)
         key = jax.random.PRNGKey(config.seed)
         params = self.policy.init(key)
-        train = TrainState(params, self._optimizer.init(params), jnp.zeros((), jnp.int32), key)
+        train = TrainState.create(params, self._optimizer, key)
         self.state = MAMLState(train, jax.random.fold_in(key, 1), jnp.zeros((), jnp.int32))
         self.context = Context(num_episodes=config.metrics_num_episodes)
         self._results: LocalIterator[dict[str, Any]] | None = None

@@ -67,9 +67,7 @@ class Learner:
         self.mesh = Mesh(np.asarray(self.devices), ("batch",))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
         self._sharded = NamedSharding(self.mesh, PartitionSpec("batch"))
-        state = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), jax.random.PRNGKey(seed))
-        if target_network:
-            state = copy_to_target(state)
+        state = TrainState.create(params, optimizer, jax.random.PRNGKey(seed), target_network)
         # A copy: the update donates the state's buffers, which must not be the caller's arrays.
         self.state = jax.device_put(state, self._replicated, may_alias=False)
         self._version = 0

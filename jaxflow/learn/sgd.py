@@ -28,6 +28,21 @@ class TrainState(NamedTuple):
     target_params: Any = None
     """A lagged copy of ``params`` (DQN's target network), or None."""
 
+    @classmethod
+    def create(
+        cls, params: Any, optimizer: optax.GradientTransformation, rng: jax.Array, target_network: bool = False
+    ) -> TrainState:
+        """A fresh state: the optimizer's initial state, step 0, and with ``target_network`` a
+        target copy of the parameters.
+
+        Example:
+            >>> state = TrainState.create({"w": jnp.ones(2)}, optax.sgd(0.1), jax.random.PRNGKey(0))
+            >>> int(state.step), state.target_params is None
+            (0, True)
+        """
+        state = cls(params, optimizer.init(params), jnp.zeros((), jnp.int32), rng)
+        return copy_to_target(state) if target_network else state
+
 
 def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
     """Adam with global-norm gradient clipping, the default of every algorithm here."""

@@ -34,7 +34,7 @@ from jaxflow import envs
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator, from_iterator
 from jaxflow.envs.gymnax_cpu import to_gymnasium_space
-from jaxflow.learn.sgd import TrainState, copy_to_target, sgd_update
+from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.members import members, with_hyper
 from jaxflow.ondevice.rollout import EnvCarry, rollout
 from jaxflow.ondevice.update import _device_optimizer, replay_update
@@ -120,9 +120,7 @@ class DeviceProgram:
         # As the Ray-mode learner does: parameters and learner RNG from PRNGKey(seed).
         params = self.policy.init(key)
         optimizer = _device_optimizer(cfg.lr, cfg.max_grad_norm)
-        train = TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), key)
-        if self.device.replay is not None:
-            train = copy_to_target(train)
+        train = TrainState.create(params, optimizer, key, target_network=self.device.replay is not None)
         key, k_reset = jax.random.split(jax.random.fold_in(key, 1))
         obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(
             jax.random.split(k_reset, self.num_envs), self.env_params

@@ -32,7 +32,7 @@ class DeviceReplay:
     beta: Callable[[Array], Array]
     """Importance-sampling exponent as a function of the SGD step."""
     priority_eps: Any
-    target_period: int
+    target_update_period: int
     """SGD steps between copies of the parameters into the target network."""
     learning_starts: int
     """Transitions in the buffer before training starts."""

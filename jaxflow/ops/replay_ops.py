@@ -138,7 +138,7 @@ class UpdatePriorities:
 
     Takes ``(replay_batch, metrics)`` from ``TrainOneStep`` or a learner thread (the batch
     may have gone through ``ToDevice``, which keeps its indices and shard); the new
-    priorities are ``|metrics["td_error"]| + epsilon`` (Schaul et al., 2016: epsilon keeps
+    priorities are ``|metrics["td_error"]| + priority_eps`` (Schaul et al., 2016: the epsilon that keeps
     every transition reachable). Returns the item unchanged. At most ``max_in_flight``
     updates await their replies (1: each waits), so invalid priorities surface here
     rather than being lost; a shard restarted since the batch was drawn ignores them.
@@ -147,15 +147,15 @@ class UpdatePriorities:
         >>> Dequeue(thread).for_each(UpdatePriorities(shards))  # doctest: +SKIP
     """
 
-    def __init__(self, shards: ReplayShards, epsilon: float = 1e-6, max_in_flight: int = 1):
-        self.shards, self.epsilon = shards, epsilon
+    def __init__(self, shards: ReplayShards, priority_eps: float = 1e-6, max_in_flight: int = 1):
+        self.shards, self.priority_eps = shards, priority_eps
         self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s)
 
     def __call__(self, item: tuple[ReplayBatch | DeviceBatch, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
         batch, metrics = item
         if isinstance(batch, DeviceBatch):
             batch = batch.source
-        priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.epsilon
+        priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.priority_eps
         actor = self.shards.actors[batch.shard]
         self._calls.send(
             actor.update_priorities.remote(batch.indices, priorities, batch.generation), batch.shard, lambda _: None

@@ -132,19 +132,19 @@ NUM_TARGET_UPDATES = "num_target_updates"
 
 
 class UpdateTargetNetwork(Operator):
-    """Copies the learner's parameters into its target network every ``every_n_steps``
+    """Copies the learner's parameters into its target network every ``target_update_period``
     optimizer steps (Mnih et al., 2015); passes items through.
 
     Example:
-        >>> trained.for_each(UpdateTargetNetwork(learner, every_n_steps=500))  # doctest: +SKIP
+        >>> trained.for_each(UpdateTargetNetwork(learner, target_update_period=500))  # doctest: +SKIP
     """
 
-    def __init__(self, learner: Learner, every_n_steps: int):
-        self.learner, self.every_n_steps = learner, every_n_steps
+    def __init__(self, learner: Learner, target_update_period: int):
+        self.learner, self.target_update_period = learner, target_update_period
         self._last = learner.version
 
     def __call__(self, item: Any, ctx: Context) -> Any:
-        if self.learner.version - self._last >= self.every_n_steps:
+        if self.learner.version - self._last >= self.target_update_period:
             self.learner.update_target()
             self._last = self.learner.version
             ctx.counters[NUM_TARGET_UPDATES] += 1

@@ -95,7 +95,7 @@ def test_update_priorities_land_on_the_right_shard_and_item(make_shards):
 
     # UpdatePriorities reads |td_error| + epsilon from the learner's metrics.
     updates = from_items([(b, {"td_error": -new_priority(b.data["id"])}) for b in batches]).for_each(
-        UpdatePriorities(shards, epsilon=0.0)
+        UpdatePriorities(shards, priority_eps=0.0)
     )
     assert len(updates.take(12)) == 12
 

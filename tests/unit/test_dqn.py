@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxflow import ConfigError
-from jaxflow.algorithms.apex import ApexConfig, worker_epsilon
+from jaxflow.algorithms.apex import APEXConfig, worker_epsilon
 from jaxflow.algorithms.dqn import DQNConfig, epsilon, epsilon_greedy, loss, n_step_targets, postprocess, td_errors
 from jaxflow.networks.mlp import MLPQNetwork
 from jaxflow.policies import Greedy, Policy, q_value_outputs
@@ -145,11 +145,11 @@ def test_epsilon_schedules():
     assert epsilon(cfg, 0, 0) == 1.0
     assert epsilon(cfg, 0, 250) == pytest.approx(0.55)  # 2 workers x 250 steps = half way
     assert epsilon(cfg, 1, 10_000) == pytest.approx(0.1)
-    apex = ApexConfig(env="CartPole-v1", num_workers=8)
+    apex = APEXConfig(env="CartPole-v1", num_workers=8)
     eps = [worker_epsilon(apex, i) for i in range(8)]
     np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
-    assert worker_epsilon(ApexConfig(env="CartPole-v1", num_workers=1), 0) == pytest.approx(0.4)
+    assert worker_epsilon(APEXConfig(env="CartPole-v1", num_workers=1), 0) == pytest.approx(0.4)
 
 
 def test_epsilon_greedy_explores_at_the_stated_rate():
@@ -165,6 +165,6 @@ def test_invalid_configs_name_the_field():
     with pytest.raises(ConfigError, match="n_step"):
         DQNConfig(env="CartPole-v1", n_step=16, rollout_fragment_length=16)
     with pytest.raises(ConfigError, match="samples_per_insert"):
-        ApexConfig(env="CartPole-v1", samples_per_insert=-1.0)
+        APEXConfig(env="CartPole-v1", samples_per_insert=-1.0)
     with pytest.raises(ConfigError, match="num_replay_shards"):
         DQNConfig(env="CartPole-v1", num_replay_shards=0)

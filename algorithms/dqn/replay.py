@@ -1,0 +1,88 @@
+"""DQN's replay: the shards, the importance-sampling exponent, the replay ratio, and the
+on-device buffer's transitions and settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxflow import (
+    DeviceReplay,
+    ReplayShards,
+)
+from jaxflow.algorithms.dqn.config import DQNConfig
+
+Array = jax.Array
+
+
+def make_replay(config: Any, samples_per_insert: float | None = None, error_buffer: float = 0.0) -> ReplayShards:
+    """The replay shards, splitting ``buffer_size`` evenly; a rate limiter if ``samples_per_insert`` is set."""
+    return ReplayShards(
+        config.num_replay_shards,
+        capacity=-(-config.buffer_size // config.num_replay_shards),
+        alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
+        seed=config.seed,
+        samples_per_insert=samples_per_insert,
+        min_size_to_sample=max(1, config.learning_starts),
+        error_buffer=error_buffer,
+        on_failure="restart" if config.on_worker_failure == "restart" else "raise",
+    )
+
+
+def importance_exponent(config: Any) -> optax.Schedule:
+    """beta as a function of SGD steps: ``prioritized_replay_beta`` annealed linearly to 1
+    (0 without priorities: uniform replay needs no correction)."""
+    return optax.linear_schedule(
+        config.prioritized_replay_beta if config.prioritized_replay else 0.0,
+        1.0 if config.prioritized_replay else 0.0,
+        config.beta_annealing_steps,
+    )
+
+
+def beta_schedule(learner: Any, config: Any) -> Any:
+    """Importance-sampling exponent at the learner's current SGD step."""
+    beta = importance_exponent(config)
+    return lambda: float(beta(learner.version))
+
+
+def sgd_steps_per_fragment(config: DQNConfig) -> int:
+    """SGD steps after each stored fragment, so that ``samples_per_insert`` holds on average."""
+    fragment = config.num_envs_per_worker * config.rollout_fragment_length
+    return max(1, round(fragment * config.samples_per_insert / config.train_batch_size))
+
+
+def transitions(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array]:
+    """Device mode: the postprocessed fragment as flat transitions ``[T * B]``, each with its
+    bootstrap observation (``next_offsets`` steps later) and its initial priority."""
+    del config
+    T, B = traj["actions"].shape
+    obs = jnp.concatenate([traj["obs"], traj["last_obs"][None]])
+    next_obs = obs[jnp.arange(T)[:, None] + traj["next_offsets"], jnp.arange(B)[None, :]]
+    fields = dict(
+        obs=traj["obs"],
+        next_obs=next_obs,
+        actions=traj["actions"],
+        rewards=traj["rewards"],
+        discounts=traj["discounts"],
+        priorities=traj["priorities"],
+    )
+    return {k: v.reshape((T * B,) + v.shape[2:]) for k, v in fields.items()}
+
+
+def replay_on_device(config: DQNConfig) -> DeviceReplay:
+    """Device mode's replay: the Ray plan's buffer size, replay ratio, priorities and target period."""
+    return DeviceReplay(
+        capacity=config.buffer_size,
+        batch_size=config.train_batch_size,
+        sgd_steps=sgd_steps_per_fragment(config),
+        alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
+        beta=importance_exponent(config),
+        priority_eps=config.prioritized_replay_eps,
+        target_update_period=config.target_update_period,
+        learning_starts=config.learning_starts,
+    )
