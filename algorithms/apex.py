@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from jaxflow import (
-    AlgorithmSpec,
     Concurrently,
     Dequeue,
     Enqueue,
@@ -26,11 +25,10 @@ from jaxflow import (
     UpdateWorkerWeights,
     register_algorithm,
 )
-from jaxflow.algorithms.dqn import DQNConfig, beta_schedule, encode, epsilon_greedy, loss, make_replay, postprocess
+from jaxflow.algorithms.dqn import DQN, DQNConfig, beta_schedule, epsilon_greedy, make_replay
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice, device_data
 from jaxflow.ops.train_ops import replay_train_batch
-from jaxflow.policies import q_policy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,18 +126,17 @@ def plan(workers, learner, config: APEXConfig, replay):
     )
 
 
+# DQN's spec (loss, postprocess, Q-policy, target network, replay rows) with Ape-X's actors,
+# rate-limited shards and plan; no device mode or multi-agent flow.
 APEX = register_algorithm(
-    AlgorithmSpec(
-        "APEX",
-        APEXConfig,
-        loss,
-        plan,
-        postprocess,
-        sgd=lambda c: (1, c.train_batch_size),
-        policy=q_policy,
-        target_network=True,
+    dataclasses.replace(
+        DQN,
+        name="APEX",
+        config_cls=APEXConfig,
+        plan=plan,
         replay=make_limited_replay,
         explore=explore,
-        encode=encode,
+        device=None,
+        flow=None,
     )
 )

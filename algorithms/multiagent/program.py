@@ -12,8 +12,8 @@ import numpy as np
 
 from jaxflow import envs
 from jaxflow.algorithms.multiagent.config import MultiAgentConfig
-from jaxflow.api.ray_program import build_learner, check_spaces, init_ray
-from jaxflow.config.constants import EVALUATION_SEED_OFFSET, THREAD_JOIN_TIMEOUT_S
+from jaxflow.api.ray_program import build_learner, check_spaces, init_ray, stop_run
+from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.config.fields import require
 from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
@@ -152,11 +152,4 @@ class MultiAgentProgram:
 
     def stop(self) -> None:
         """Stops the plan, every policy's learner thread, the workers and the replay shards."""
-        self._results.stop()
-        for p in self.policies.values():
-            p.learner.stop()
-        self.workers.stop()
-        if self.replay is not None:
-            self.replay.stop()
-        if not self._results.join(THREAD_JOIN_TIMEOUT_S):
-            log.warning("some of the plan's background threads did not end within %.0f s", THREAD_JOIN_TIMEOUT_S)
+        stop_run(self._results, [p.learner for p in self.policies.values()], self.workers, self.replay)

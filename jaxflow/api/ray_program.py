@@ -91,13 +91,21 @@ class RayProgram:
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits
         for the threads to end."""
-        self._results.stop()
-        self.learner.stop()
-        self.workers.stop()
-        if self.replay is not None:
-            self.replay.stop()
-        if not self._results.join(THREAD_JOIN_TIMEOUT_S):
-            log.warning("some of the plan's background threads did not end within %.0f s", THREAD_JOIN_TIMEOUT_S)
+        stop_run(self._results, [self.learner], self.workers, self.replay)
+
+
+def stop_run(results: LocalIterator[Any], learners: list[Learner], workers: WorkerSet, replay: Any) -> None:
+    """Stops a run on Ray workers, in an order that lets nothing wait on what is gone: the
+    plan's threads are told to stop, then the learner threads, the workers and the replay
+    actors; last, the plan's threads are waited for (up to ``THREAD_JOIN_TIMEOUT_S``)."""
+    results.stop()
+    for learner in learners:
+        learner.stop()
+    workers.stop()
+    if replay is not None:
+        replay.stop()
+    if not results.join(THREAD_JOIN_TIMEOUT_S):
+        log.warning("some of the plan's background threads did not end within %.0f s", THREAD_JOIN_TIMEOUT_S)
 
 
 def env_spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:

@@ -13,6 +13,7 @@ from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
+from jaxflow.rollout.truncation import bootstrap_truncations
 from jaxflow.rollout.worker import Rollout, RolloutWorker, Stopwatch, WorkerSpec, make_vector_envs
 from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
@@ -32,6 +33,7 @@ __all__ = [
     "WorkerCrashedError",
     "WorkerSet",
     "WorkerSpec",
+    "bootstrap_truncations",
     "concat_batches",
     "evaluate_policy",
     "example_train_batch",

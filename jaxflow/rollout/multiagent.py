@@ -23,6 +23,7 @@ from jaxflow.config.constants import worker_seed
 from jaxflow.policies.policy import unpack
 from jaxflow.rollout.batch import SampleBatch, SampleTiming, concat_batches, sum_timings
 from jaxflow.rollout.postprocess import HostPostprocess
+from jaxflow.rollout.truncation import bootstrap_truncations
 from jaxflow.rollout.worker import RolloutWorker, Stopwatch, WorkerSpec
 
 
@@ -133,17 +134,12 @@ class MultiAgentRolloutWorker:
                 step = self.env.step(actions)
             for pid, ws in self.policies.items():
                 r, term, trunc = (self._columns(pid, x) for x in (step.reward, step.terminated, step.truncated))
-                bootstrap = trunc & ~term
-                if bootstrap.any():
-                    r = (
-                        r
-                        + ws.config.gamma
-                        * bootstrap
-                        * self._inputs_values(pid, self._columns(pid, step.final_obs), policy_watch)[1]
-                    )
-                steps[pid][-1].update(
-                    rewards=r.astype(np.float32), discounts=(ws.config.gamma * ~(term | trunc)).astype(np.float32)
-                )
+
+                def final_value(pid: str = pid, final: Mapping[str, np.ndarray] = step.final_obs) -> np.ndarray:
+                    return self._inputs_values(pid, self._columns(pid, final), policy_watch)[1]
+
+                r, d = bootstrap_truncations(r, term, trunc, ws.config.gamma, final_value)
+                steps[pid][-1].update(rewards=r.astype(np.float32), discounts=d.astype(np.float32))
             self._obs = step.obs
         self.env_steps += T * B
         episodes = self.env.pop_episodes()

@@ -18,6 +18,7 @@ from jaxflow.policies.policy import Policy, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.sample_ahead import SampleAhead
+from jaxflow.rollout.truncation import bootstrap_truncations
 
 
 class Stopwatch:
@@ -201,14 +202,15 @@ class RolloutWorker:
             with env_watch:
                 step = self.envs[g].step_wait()
             out[g] = self._forward(params, step.obs)
-            r = step.reward
-            bootstrap = step.truncated & ~step.terminated
-            if bootstrap.any():
+
+            def final_value() -> np.ndarray:
                 with policy_watch:
-                    r = r + cfg.gamma * bootstrap * unpack(self._forward(params, step.final_obs))[1]
+                    return unpack(self._forward(params, step.final_obs))[1]
+
             cols = slice(g * n, (g + 1) * n)
-            rewards[t, cols] = r
-            discounts[t, cols] = cfg.gamma * ~(step.terminated | step.truncated)
+            rewards[t, cols], discounts[t, cols] = bootstrap_truncations(
+                step.reward, step.terminated, step.truncated, cfg.gamma, final_value
+            )
             self._obs[g] = step.obs
 
         # With several groups, one group's emulators run while the worker waits for the policy
