@@ -27,8 +27,7 @@ from jaxflow import (
 )
 from jaxflow.algorithms.dqn import DQN, DQNConfig, beta_schedule, epsilon_greedy, make_replay
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.learn.to_device import ToDevice, device_data
-from jaxflow.ops.train_ops import replay_train_batch
+from jaxflow.learn.to_device import ToDevice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +100,7 @@ def make_limited_replay(config: APEXConfig) -> Any:
 
 
 def plan(workers, learner, config: APEXConfig, replay):
-    thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
+    thread = learner.start_thread(inqueue_size=config.learner_queue_size, outqueue_size=config.learner_queue_size)
     # (1) actors sample asynchronously into random shards and fetch new weights every so often
     store = (
         ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
@@ -112,7 +111,7 @@ def plan(workers, learner, config: APEXConfig, replay):
     replayed = ParallelReplay(
         replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async
     )
-    feed = ToDevice(replayed, learner, to_host=replay_train_batch).for_each(Enqueue(thread))
+    feed = ToDevice(replayed, learner).for_each(Enqueue(thread))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags
     update = (
         Dequeue(thread)

@@ -28,7 +28,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.learn.to_device import ToDevice, device_data
+from jaxflow.learn.to_device import ToDevice
 from jaxflow.policies import Policy
 from jaxflow.replay.stacks import encode_stacks
 from jaxflow.rollout.batch import PER_ENV_FIELDS
@@ -194,7 +194,7 @@ def loss(
 
 
 def plan(workers, learner, config: IMPALAConfig):
-    thread = learner.start_thread(device_data, config.learner_queue_size, config.learner_queue_size)
+    thread = learner.start_thread(inqueue_size=config.learner_queue_size, outqueue_size=config.learner_queue_size)
     # (1) actors sample with whatever weights they have; fragments join into train batches, which
     #     a feeding thread places on the learner's devices ahead of the learner thread
     batches = ParallelRollouts(workers, mode="async", num_async=config.num_async).combine(

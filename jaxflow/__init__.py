@@ -12,99 +12,39 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_EXPORTS: dict[str, str] = {
-    "Algorithm": "jaxflow.api",
-    "AlgorithmSpec": "jaxflow.api",
-    "CheckpointError": "jaxflow.api",
-    "get_algorithm": "jaxflow.api",
-    "list_algorithms": "jaxflow.api",
-    "Program": "jaxflow.api",
-    "RayProgram": "jaxflow.api",
-    "register_algorithm": "jaxflow.api",
-    "train": "jaxflow.api",
-    "CommonConfig": "jaxflow.config",
-    "ConfigError": "jaxflow.config",
-    "NON_NEGATIVE": "jaxflow.config",
-    "param": "jaxflow.config",
-    "POSITIVE": "jaxflow.config",
-    "require": "jaxflow.config",
-    "UNIT": "jaxflow.config",
-    "ActorPool": "jaxflow.dataflow",
-    "BackpressureError": "jaxflow.dataflow",
-    "Concurrently": "jaxflow.dataflow",
-    "FlowContext": "jaxflow.dataflow",
-    "from_actors": "jaxflow.dataflow",
-    "from_items": "jaxflow.dataflow",
-    "from_iterator": "jaxflow.dataflow",
-    "jax_actor": "jaxflow.dataflow",
-    "LocalIterator": "jaxflow.dataflow",
-    "NOT_READY": "jaxflow.dataflow",
-    "Operator": "jaxflow.dataflow",
-    "ParallelIterator": "jaxflow.dataflow",
-    "WorkerError": "jaxflow.dataflow",
-    "device_data": "jaxflow.learn",
-    "DeviceBatch": "jaxflow.learn",
-    "Learner": "jaxflow.learn",
-    "LearnerThread": "jaxflow.learn",
-    "LearnerThreadError": "jaxflow.learn",
-    "make_optimizer": "jaxflow.learn",
-    "ToDevice": "jaxflow.learn",
-    "ToDeviceError": "jaxflow.learn",
-    "TrainState": "jaxflow.learn",
-    "MLPActorCritic": "jaxflow.networks",
-    "MLPQNetwork": "jaxflow.networks",
-    "q_network": "jaxflow.networks",
-    "AnakinState": "jaxflow.ondevice",
-    "DeviceProgram": "jaxflow.ondevice",
-    "DeviceReplay": "jaxflow.ondevice",
-    "DeviceSpec": "jaxflow.ondevice",
-    "flat_batch": "jaxflow.ondevice",
-    "OnDevice": "jaxflow.ondevice",
-    "ApplyGradients": "jaxflow.ops",
-    "BroadcastWeights": "jaxflow.ops",
-    "bulk_sync_env_steps": "jaxflow.ops",
-    "ComputeGradients": "jaxflow.ops",
-    "ConcatBatches": "jaxflow.ops",
-    "Context": "jaxflow.ops",
-    "CountPolicyUpdates": "jaxflow.ops",
-    "Dequeue": "jaxflow.ops",
-    "Enqueue": "jaxflow.ops",
-    "on_policy_flow": "jaxflow.ops",
-    "ParallelReplay": "jaxflow.ops",
-    "ParallelRollouts": "jaxflow.ops",
-    "PolicyWorkers": "jaxflow.ops",
-    "replay_train_batch": "jaxflow.ops",
-    "ReportMetrics": "jaxflow.ops",
-    "round_robin_weights": "jaxflow.ops",
-    "SelectExperiences": "jaxflow.ops",
-    "standardize_fields": "jaxflow.ops",
-    "StandardizeFields": "jaxflow.ops",
-    "StoreToReplay": "jaxflow.ops",
-    "TrainOneStep": "jaxflow.ops",
-    "UpdatePriorities": "jaxflow.ops",
-    "UpdateTargetNetwork": "jaxflow.ops",
-    "UpdateWorkerWeights": "jaxflow.ops",
-    "encode_fragment": "jaxflow.replay",
-    "encode_stacks": "jaxflow.replay",
-    "PrioritizedReplayBuffer": "jaxflow.replay",
-    "ReplayBatch": "jaxflow.replay",
-    "ReplayRows": "jaxflow.replay",
-    "ReplayShard": "jaxflow.replay",
-    "ReplayShards": "jaxflow.replay",
-    "SumTree": "jaxflow.replay",
-    "evaluate_policy": "jaxflow.rollout",
-    "HostPostprocess": "jaxflow.rollout",
-    "make_vector_envs": "jaxflow.rollout",
-    "MultiAgentBatch": "jaxflow.rollout",
-    "MultiAgentRolloutWorker": "jaxflow.rollout",
-    "PER_ENV_FIELDS": "jaxflow.rollout",
-    "RolloutWorker": "jaxflow.rollout",
-    "SampleBatch": "jaxflow.rollout",
-    "SampleTiming": "jaxflow.rollout",
-    "WorkerCrashedError": "jaxflow.rollout",
-    "WorkerSet": "jaxflow.rollout",
-    "WorkerSpec": "jaxflow.rollout",
+_NAMES_BY_PART: dict[str, str] = {
+    "jaxflow.api": (
+        "Algorithm AlgorithmSpec CheckpointError get_algorithm list_algorithms Program RayProgram "
+        "register_algorithm train"
+    ),
+    "jaxflow.config": "CommonConfig ConfigError NON_NEGATIVE param POSITIVE require UNIT",
+    "jaxflow.dataflow": (
+        "ActorPool BackpressureError Concurrently FlowContext from_actors from_items from_iterator jax_actor "
+        "LocalIterator NOT_READY Operator ParallelIterator Producer ProducerError WorkerError"
+    ),
+    "jaxflow.learn": (
+        "DeviceBatch Learner LearnerThread LearnerThreadError make_optimizer ToDevice ToDeviceError TrainState"
+    ),
+    "jaxflow.networks": "MLPActorCritic MLPQNetwork q_network",
+    "jaxflow.ondevice": "AnakinState DeviceProgram DeviceReplay DeviceSpec flat_batch OnDevice",
+    "jaxflow.ops": (
+        "ApplyGradients BroadcastWeights bulk_sync_env_steps ComputeGradients ConcatBatches Context "
+        "CountPolicyUpdates Dequeue Enqueue on_policy_flow ParallelReplay ParallelRollouts PolicyWorkers "
+        "ReportMetrics round_robin_weights SelectExperiences standardize_fields StandardizeFields "
+        "StoreToReplay TrainOneStep UpdatePriorities UpdateTargetNetwork UpdateWorkerWeights"
+    ),
+    "jaxflow.replay": (
+        "encode_fragment encode_stacks PrioritizedReplayBuffer ReplayBatch ReplayRows ReplayShard "
+        "ReplayShards ReplaySource SumTree"
+    ),
+    "jaxflow.rollout": (
+        "Batch evaluate_policy HostPostprocess make_vector_envs MultiAgentBatch MultiAgentRolloutWorker "
+        "PER_ENV_FIELDS RolloutWorker SampleBatch SampleTiming train_arrays WorkerCrashedError WorkerSet "
+        "WorkerSpec"
+    ),
 }
+_EXPORTS = {name: part for part, names in _NAMES_BY_PART.items() for name in names.split()}
+"""Each public name and the sub-package it loads from on first use."""
 
 __all__ = [
     "NON_NEGATIVE",
@@ -118,6 +58,7 @@ __all__ = [
     "AnakinState",
     "ApplyGradients",
     "BackpressureError",
+    "Batch",
     "BroadcastWeights",
     "CheckpointError",
     "CommonConfig",
@@ -150,12 +91,15 @@ __all__ = [
     "ParallelRollouts",
     "PolicyWorkers",
     "PrioritizedReplayBuffer",
+    "Producer",
+    "ProducerError",
     "Program",
     "RayProgram",
     "ReplayBatch",
     "ReplayRows",
     "ReplayShard",
     "ReplayShards",
+    "ReplaySource",
     "ReportMetrics",
     "RolloutWorker",
     "SampleBatch",
@@ -176,7 +120,6 @@ __all__ = [
     "WorkerSet",
     "WorkerSpec",
     "bulk_sync_env_steps",
-    "device_data",
     "encode_fragment",
     "encode_stacks",
     "evaluate_policy",
@@ -193,11 +136,11 @@ __all__ = [
     "param",
     "q_network",
     "register_algorithm",
-    "replay_train_batch",
     "require",
     "round_robin_weights",
     "standardize_fields",
     "train",
+    "train_arrays",
 ]
 
 
@@ -236,6 +179,8 @@ if TYPE_CHECKING:
         LocalIterator,
         Operator,
         ParallelIterator,
+        Producer,
+        ProducerError,
         WorkerError,
         from_actors,
         from_items,
@@ -250,7 +195,6 @@ if TYPE_CHECKING:
         ToDevice,
         ToDeviceError,
         TrainState,
-        device_data,
         make_optimizer,
     )
     from jaxflow.networks import MLPActorCritic, MLPQNetwork, q_network
@@ -277,7 +221,6 @@ if TYPE_CHECKING:
         UpdateWorkerWeights,
         bulk_sync_env_steps,
         on_policy_flow,
-        replay_train_batch,
         round_robin_weights,
         standardize_fields,
     )
@@ -287,12 +230,14 @@ if TYPE_CHECKING:
         ReplayRows,
         ReplayShard,
         ReplayShards,
+        ReplaySource,
         SumTree,
         encode_fragment,
         encode_stacks,
     )
     from jaxflow.rollout import (
         PER_ENV_FIELDS,
+        Batch,
         HostPostprocess,
         MultiAgentBatch,
         MultiAgentRolloutWorker,
@@ -304,4 +249,5 @@ if TYPE_CHECKING:
         WorkerSpec,
         evaluate_policy,
         make_vector_envs,
+        train_arrays,
     )

@@ -5,6 +5,7 @@ from jaxflow.dataflow.actors import ActorPool, ActorSource, ParallelIterator, Wo
 from jaxflow.dataflow.concurrency import Concurrently, put
 from jaxflow.dataflow.context import FlowContext
 from jaxflow.dataflow.iterators import NOT_READY, BackpressureError, LocalIterator, Operator, from_items, from_iterator
+from jaxflow.dataflow.producer import Producer, ProducerError, merged
 
 __all__ = [
     "NOT_READY",
@@ -16,10 +17,13 @@ __all__ = [
     "LocalIterator",
     "Operator",
     "ParallelIterator",
+    "Producer",
+    "ProducerError",
     "WorkerError",
     "from_actors",
     "from_items",
     "from_iterator",
     "jax_actor",
+    "merged",
     "put",
 ]

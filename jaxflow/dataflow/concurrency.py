@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import Any
 
 from jaxflow.config.constants import POLL_S
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator
+from jaxflow.dataflow.producer import Producer, ProducerError, merged
 
 
 def Concurrently(
@@ -42,6 +44,17 @@ def Concurrently(
         raise ValueError("Concurrently: round_robin_weights needs one weight per op")
     if any(isinstance(w, str) and w != "*" for w in weights):
         raise ValueError(f"Concurrently: a round_robin_weight is a number or '*', got {weights}")
+    shared = _share_one_context(ops)
+    if mode == "round_robin":
+        gen = functools.partial(_round_robin, ops, outputs, weights)
+    else:
+        gen = functools.partial(_in_threads, ops, outputs, shared)
+    return LocalIterator(gen, shared, f"Concurrently[{mode}]")
+
+
+def _share_one_context(ops: list[LocalIterator[Any]]) -> Any:
+    """Points every op at the first op's context, stop flag and thread list (merging what
+    the others had counted), so the plan has one set of metrics and stops as one."""
     shared = ops[0]._shared
     for op in ops[1:]:
         if op._shared.context is not shared.context:
@@ -51,87 +64,79 @@ def Concurrently(
         if op._shared.threads is not shared.threads:
             shared.threads.extend(op._shared.threads)
             op._shared.threads = shared.threads
+    return shared
 
-    def round_robin() -> Iterator[Any]:
-        alive = [True] * len(ops)
-        while any(alive):
-            progressed = False
-            for i, op in enumerate(ops):
-                if not alive[i]:
-                    continue
-                n = weights[i]
-                pulled = 0
-                while isinstance(n, str) or pulled < n:  # the only string weight is "*"
-                    try:
-                        item = op._pull()
-                    except StopIteration:
-                        alive[i] = False
-                        break
-                    if item is NOT_READY:
-                        break
-                    pulled += 1
-                    progressed = True
-                    if i in outputs:
-                        yield item
-            if not progressed and any(alive):
-                yield NOT_READY
 
-    def concurrent() -> Iterator[Any]:
-        out: queue.Queue = queue.Queue(maxsize=2 * len(ops))
-        stop = threading.Event()
-        done = object()
-
-        def put(item: Any) -> bool:
-            # Time out now and then so a producer ends once the consumer has gone away.
-            while not (stop.is_set() or shared.stopped.is_set()):
+def _round_robin(ops: list[LocalIterator[Any]], outputs: set[int], weights: list[Any]) -> Iterator[Any]:
+    alive = [True] * len(ops)
+    while any(alive):
+        progressed = False
+        for i, op in enumerate(ops):
+            if not alive[i]:
+                continue
+            n = weights[i]
+            pulled = 0
+            while isinstance(n, str) or pulled < n:  # the only string weight is "*"
                 try:
-                    out.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def run(i: int, op: LocalIterator[Any]) -> None:
-            try:
-                for item in op._items():
-                    if stop.is_set() or shared.stopped.is_set():
-                        return
-                    if item is NOT_READY:
-                        time.sleep(1e-3)  # a duplicate() sibling must catch up first
-                        continue
-                    if i in outputs and not put(item):
-                        return
-            except BaseException as e:
-                put(_Failure(e))
-            else:
-                put(done)
-
-        threads = [
-            threading.Thread(target=run, args=(i, op), daemon=True, name=f"Concurrently[{i}]")
-            for i, op in enumerate(ops)
-        ]
-        shared.threads.extend(threads)
-        for t in threads:
-            t.start()
-        running = len(threads)
-        try:
-            while running:
-                item = out.get()
-                if item is done:
-                    running -= 1
-                elif isinstance(item, _Failure):
-                    raise item.error
-                else:
+                    item = op._pull()
+                except StopIteration:
+                    alive[i] = False
+                    break
+                if item is NOT_READY:
+                    break
+                pulled += 1
+                progressed = True
+                if i in outputs:
                     yield item
-        finally:
-            stop.set()
-
-    return LocalIterator(round_robin if mode == "round_robin" else concurrent, shared, f"Concurrently[{mode}]")
+        if not progressed and any(alive):
+            yield NOT_READY
 
 
-class _Failure:
-    def __init__(self, error: BaseException):
-        self.error = error
+def _in_threads(ops: list[LocalIterator[Any]], outputs: set[int], shared: Any) -> Iterator[Any]:
+    out: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def stopping() -> bool:
+        return stop.is_set() or shared.stopped.is_set()
+
+    producers = [
+        Producer(
+            functools.partial(_ready_items, op, i in outputs, stopping),
+            ASYNC_AHEAD,
+            f"Concurrently[{i}]",
+            stopping,
+            out,
+        )
+        for i, op in enumerate(ops)
+    ]
+    shared.threads.extend(p.thread for p in producers)
+    for p in producers:
+        p.start()
+    try:
+        yield from merged(producers)
+    except ProducerError as e:
+        raise e.error from None  # the op's own error, as a round-robin plan would raise it
+    finally:
+        stop.set()
+
+
+ASYNC_AHEAD = 2
+"""Items each op of an asynchronous ``Concurrently`` may run ahead of the consumer."""
+
+NOT_READY_BACKOFF_S = 1e-3
+"""How long an asynchronous op waits after a ``NOT_READY`` before pulling again."""
+
+
+def _ready_items(op: LocalIterator[Any], emit: bool, stopping: Callable[[], bool]) -> Iterator[Any]:
+    """``op``'s items without ``NOT_READY``s (all of them if ``emit``, else none: an op
+    outside ``output_indexes`` runs for its effects), until ``stopping()``."""
+    for item in op._items():
+        if stopping():
+            return
+        if item is NOT_READY:
+            time.sleep(NOT_READY_BACKOFF_S)  # a duplicate() sibling must catch up first
+        elif emit:
+            yield item
 
 
 def put(q: queue.Queue, item: Any, give_up: Callable[[], bool]) -> bool:

@@ -15,7 +15,7 @@ from jaxflow.learn.sgd import (
     summarize_metrics,
 )
 from jaxflow.learn.thread import LearnerThread, LearnerThreadError
-from jaxflow.learn.to_device import DeviceBatch, ToDevice, ToDeviceError, device_data, host_batch
+from jaxflow.learn.to_device import DeviceBatch, ToDevice, ToDeviceError
 
 __all__ = [
     "DeviceBatch",
@@ -28,8 +28,6 @@ __all__ = [
     "TrainState",
     "apply_gradients",
     "copy_to_target",
-    "device_data",
-    "host_batch",
     "make_optimizer",
     "minibatch_indices",
     "minibatch_step",

@@ -39,6 +39,7 @@ from jaxflow.learn.sgd import (
     summarize_metrics,
 )
 from jaxflow.learn.thread import LearnerThread
+from jaxflow.rollout.batch import train_arrays
 
 
 class Learner:
@@ -187,12 +188,14 @@ class Learner:
             self._version = int(jax.device_get(state.step))
 
     def start_thread(
-        self, to_host_batch: Callable[[Any], dict[str, Any]], inqueue_size: int = 8, outqueue_size: int = 8
+        self,
+        to_host_batch: Callable[[Any], Mapping[str, Any]] = train_arrays,
+        inqueue_size: int = 8,
+        outqueue_size: int = 8,
     ) -> LearnerThread:
         """Starts a :class:`LearnerThread` on this learner; :meth:`stop` ends it."""
         self.stop()
-        self.thread = LearnerThread(self, to_host_batch, inqueue_size, outqueue_size)
-        self.thread.start()
+        self.thread = LearnerThread(self, to_host_batch, inqueue_size, outqueue_size).start()
         return self.thread
 
     def stop(self) -> None:

@@ -43,9 +43,7 @@ from jaxflow.ops.train_ops import (
     TrainOneStep,
     UpdateTargetNetwork,
     UpdateWorkerWeights,
-    num_samples,
     record_update,
-    replay_train_batch,
 )
 
 __all__ = [
@@ -80,10 +78,8 @@ __all__ = [
     "UpdateTargetNetwork",
     "UpdateWorkerWeights",
     "bulk_sync_env_steps",
-    "num_samples",
     "on_policy_flow",
     "record_update",
-    "replay_train_batch",
     "results",
     "round_robin_weights",
     "standardize_fields",

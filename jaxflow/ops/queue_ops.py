@@ -11,7 +11,10 @@ from jaxflow.dataflow.concurrency import put
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator, Operator, from_iterator
 from jaxflow.learn.thread import LearnerThread
 from jaxflow.ops.metrics import Context
-from jaxflow.ops.train_ops import num_samples, record_update
+from jaxflow.ops.train_ops import record_update
+
+DEQUEUE_WAIT_S = 0.5
+"""How long ``Dequeue`` waits for a result before it says ``NOT_READY`` (a blocking wait, not a spin)."""
 
 
 class Enqueue(Operator):
@@ -37,7 +40,7 @@ class Enqueue(Operator):
 
 def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalIterator[Any]:
     """The learner thread's outputs ``(batch, metrics)``, counted as updates; ``NOT_READY``
-    while none has arrived within half a second (a blocking wait, not a spin), so
+    while none has arrived within ``DEQUEUE_WAIT_S``, so
     ``Concurrently`` can serve its other ops.
 
     Example:
@@ -48,10 +51,9 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
         ctx = it.context
         assert isinstance(ctx, Context)
         while not it._shared.stopped.is_set():
-            thread.check()
             t0 = time.perf_counter()
             try:
-                batch, metrics = thread.outqueue.get(timeout=0.5)
+                batch, metrics = thread.get(timeout=DEQUEUE_WAIT_S)
             except queue.Empty:
                 yield NOT_READY
                 continue
@@ -60,10 +62,10 @@ def Dequeue(thread: LearnerThread, context: Context | None = None) -> LocalItera
             waits.update(
                 learner_inqueue_size=thread.inqueue.qsize(), **{f"learner_{k}": v for k, v in thread.stats.items()}
             )
-            acted = getattr(batch, "weights_version", -1)
+            acted = batch.weights_version
             # Optimizer steps between the weights that acted (where known) and those just trained.
             lag = {"policy_lag": thread.learner.version - acted} if acted >= 0 else {}
-            record_update(ctx, metrics, num_samples(batch), **lag)
+            record_update(ctx, metrics, batch.num_samples, **lag)
             yield batch, metrics
 
     it: LocalIterator[Any] = from_iterator(gen, context or Context(), name="Dequeue")

@@ -12,12 +12,10 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from jaxflow.dataflow.actors import ParallelIterator
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator, Operator
-from jaxflow.learn.to_device import DeviceBatch
 from jaxflow.ops.metrics import Context
-from jaxflow.replay.buffer import ReplayRows
 from jaxflow.replay.shard import ReplayBatch
 from jaxflow.replay.shards import ReplayShards
-from jaxflow.rollout.batch import SampleBatch, flatten_time_major
+from jaxflow.rollout.batch import Batch
 
 REPLAY_ITEMS_STORED = "replay_items_stored"
 
@@ -57,9 +55,9 @@ class _ShardCalls:
 class StoreToReplay(Operator):
     """Stores each batch in one replay shard and passes it on unchanged (Ape-X's actors → replay).
 
-    A :class:`SampleBatch` is flattened from time-major ``[T, B]`` to ``[T * B]`` items,
-    unless its workers packed it as :class:`~jaxflow.replay.ReplayRows` (each observation
-    stored once; stored as they are); a plain dict is stored as is. The shard is
+    What is stored is the batch's ``replay_rows()``: a fragment's items flattened from
+    time-major ``[T, B]`` to ``[T * B]``, or the :class:`~jaxflow.replay.ReplayRows` its
+    workers packed (each observation stored once), as they are. The shard is
     ``shard`` if given, else drawn uniformly by a generator seeded with ``seed``.
 
     At most ``max_in_flight`` stores await the shards' replies (1: each call waits for its
@@ -85,13 +83,8 @@ class StoreToReplay(Operator):
         self._rng = np.random.default_rng(seed)
         self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s + timeout_s)
 
-    def __call__(self, item: SampleBatch | dict[str, np.ndarray], ctx: Context) -> Any:
-        data = item.data if isinstance(item, SampleBatch) else item
-        if isinstance(data, ReplayRows):
-            n = data.num_transitions
-        else:
-            data = flatten_time_major(data) if isinstance(item, SampleBatch) else data
-            n = len(next(iter(data.values())))
+    def __call__(self, item: Batch, ctx: Context) -> Batch:
+        data, n = item.replay_rows(), item.num_samples
         index = self.shard if self.shard is not None else int(self._rng.integers(len(self.shards.actors)))
 
         def count(added: int | None) -> None:
@@ -151,14 +144,14 @@ class UpdatePriorities:
         self.shards, self.priority_eps = shards, priority_eps
         self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s)
 
-    def __call__(self, item: tuple[ReplayBatch | DeviceBatch, dict[str, Any]]) -> tuple[Any, dict[str, Any]]:
+    def __call__(self, item: tuple[Batch, dict[str, Any]]) -> tuple[Batch, dict[str, Any]]:
         batch, metrics = item
-        if isinstance(batch, DeviceBatch):
-            batch = batch.source
+        source = batch.replay_source
+        assert source is not None, "UpdatePriorities takes batches replayed from the shards"
         priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.priority_eps
-        actor = self.shards.actors[batch.shard]
+        actor = self.shards.actors[source.shard]
         self._calls.send(
-            actor.update_priorities.remote(batch.indices, priorities, batch.generation), batch.shard, lambda _: None
+            actor.update_priorities.remote(source.indices, priorities, source.generation), source.shard, lambda _: None
         )
         return item
 

@@ -5,18 +5,13 @@ workers, target-network refreshes.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
-
-import numpy as np
 
 from jaxflow.dataflow.iterators import Operator
 from jaxflow.learn.learner import Learner
-from jaxflow.learn.to_device import DeviceBatch
 from jaxflow.ops.metrics import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
 from jaxflow.ops.rollout_ops import RecordSampled
-from jaxflow.replay.shard import ReplayBatch
-from jaxflow.rollout.batch import GradientsResult, SampleBatch, flatten_time_major
+from jaxflow.rollout.batch import Batch, GradientsResult, SampleBatch
 from jaxflow.rollout.worker import RolloutWorker
 from jaxflow.rollout.worker_set import WorkerSet
 
@@ -24,9 +19,9 @@ from jaxflow.rollout.worker_set import WorkerSet
 class TrainOneStep(Operator):
     """Runs the learner's update (all epochs and minibatches) on a batch; returns its metrics.
 
-    For a replayed batch (:class:`~jaxflow.replay.shard.ReplayBatch`) the importance
-    weights go in as the field ``weights`` and the result is ``(batch, metrics)``, so
-    that ``UpdatePriorities`` can route the per-sample TD errors back to the shard.
+    The learner trains on the batch's ``train_arrays()`` (a replayed batch's include its
+    importance ``weights``). A batch with a ``replay_source`` gives ``(batch, metrics)``,
+    so that ``UpdatePriorities`` can route the per-sample TD errors back to the shard.
 
     Example:
         >>> batches.for_each(TrainOneStep(learner))  # doctest: +SKIP
@@ -35,23 +30,11 @@ class TrainOneStep(Operator):
     def __init__(self, learner: Learner):
         self.learner = learner
 
-    def __call__(self, batch: SampleBatch | DeviceBatch | ReplayBatch, ctx: Context) -> Any:
+    def __call__(self, batch: Batch, ctx: Context) -> Any:
         t0 = time.perf_counter()
-        data: Mapping[str, Any]
-        if isinstance(batch, DeviceBatch):
-            data = batch.data
-        elif isinstance(batch, ReplayBatch):
-            data = replay_train_batch(batch)
-        else:
-            data = flatten_time_major(batch.data)
-        metrics = self.learner.update(data)
-        record_update(ctx, metrics, num_samples(batch), update_time_s=time.perf_counter() - t0)
-        return (batch, metrics) if isinstance(batch, ReplayBatch) else metrics
-
-
-def replay_train_batch(batch: ReplayBatch) -> dict[str, np.ndarray]:
-    """The learner's flat batch for a replayed one: its fields plus importance ``weights``."""
-    return dict(batch.data, weights=batch.weights)
+        metrics = self.learner.update(batch.train_arrays())
+        record_update(ctx, metrics, batch.num_samples, update_time_s=time.perf_counter() - t0)
+        return metrics if batch.replay_source is None else (batch, metrics)
 
 
 def record_update(ctx: Context, metrics: dict[str, Any], samples: int, **info: float) -> None:
@@ -59,15 +42,6 @@ def record_update(ctx: Context, metrics: dict[str, Any], samples: int, **info: f
     ctx.counters[ENV_STEPS_TRAINED] += samples
     ctx.counters[NUM_UPDATES] += 1
     ctx.info["learner"] = dict({k: v for k, v in metrics.items() if isinstance(v, float)}, **info)
-
-
-def num_samples(batch: Any) -> int:
-    """Items a batch trains on: its env steps, replayed items, or leading size."""
-    if isinstance(batch, (SampleBatch, DeviceBatch)):
-        return batch.env_steps
-    if isinstance(batch, ReplayBatch):
-        return len(batch.indices)
-    return len(next(iter(batch.values())))
 
 
 class BroadcastWeights(Operator):

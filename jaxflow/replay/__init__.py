@@ -2,7 +2,7 @@
 
 from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
 from jaxflow.replay.on_device import DeviceReplayState
-from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError
+from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError, ReplaySource
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.replay.stacks import encode_stacks
 from jaxflow.replay.sum_tree import SumTree
@@ -16,6 +16,7 @@ __all__ = [
     "ReplayShard",
     "ReplayShardError",
     "ReplayShards",
+    "ReplaySource",
     "SumTree",
     "decode_rows",
     "encode_fragment",

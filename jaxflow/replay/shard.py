@@ -41,6 +41,38 @@ class ReplayBatch(NamedTuple):
     generation: int = 0
     """Which incarnation of that shard: a restarted shard ignores priorities for an earlier one's slots."""
 
+    # The Batch protocol (jaxflow.rollout.batch): replayed items are trained on, not new env steps.
+    @property
+    def env_steps(self) -> int:
+        return 0
+
+    @property
+    def weights_version(self) -> int:
+        return -1
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.indices)
+
+    @property
+    def replay_source(self) -> ReplaySource:
+        return ReplaySource(self.shard, self.indices, self.generation)
+
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        """Its fields plus the importance ``weights``."""
+        return dict(self.data, weights=self.weights)
+
+    def replay_rows(self) -> dict[str, np.ndarray]:
+        return self.data
+
+
+class ReplaySource(NamedTuple):
+    """Where replayed items lie: a shard, its slots, and the shard's incarnation."""
+
+    shard: int
+    indices: np.ndarray
+    generation: int
+
 
 class ReplayShardError(RuntimeError):
     """A replay shard actor died or stopped answering."""

@@ -2,12 +2,14 @@
 
 from jaxflow.rollout.batch import (
     PER_ENV_FIELDS,
+    Batch,
     GradientsResult,
     SampleBatch,
     SampleTiming,
     concat_batches,
     flatten_time_major,
     sum_timings,
+    train_arrays,
 )
 from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
@@ -19,6 +21,7 @@ from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
 __all__ = [
     "PER_ENV_FIELDS",
+    "Batch",
     "GradientsResult",
     "HostPostprocess",
     "MultiAgentBatch",
@@ -40,4 +43,5 @@ __all__ = [
     "flatten_time_major",
     "make_vector_envs",
     "sum_timings",
+    "train_arrays",
 ]

@@ -1,13 +1,75 @@
-"""What rollout workers send: time-major fragments and their statistics, and how fragments join."""
+"""The :class:`Batch` protocol every batch implements, and what rollout workers send:
+time-major fragments and their statistics, and how fragments join."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
 from jaxflow.replay.buffer import ReplayRows
+
+if TYPE_CHECKING:
+    from jaxflow.replay.shard import ReplaySource
+
+
+class Batch(Protocol):
+    """What the plan's operators ask of a batch, whatever made it.
+
+    :class:`SampleBatch` (a worker's fragment), :class:`~jaxflow.rollout.multiagent.MultiAgentBatch`
+    (one fragment per policy), :class:`~jaxflow.replay.shard.ReplayBatch` (items drawn from a
+    replay shard) and :class:`~jaxflow.learn.to_device.DeviceBatch` (any of them moved onto the
+    learner's devices) implement it, so ``TrainOneStep``, ``StoreToReplay``, ``UpdatePriorities``,
+    ``ConcatBatches`` and the learner thread serve them all without telling them apart. A new
+    kind of batch (a recurrent policy's sequences, say) implements these and the operators
+    take it as it is.
+    """
+
+    @property
+    def env_steps(self) -> int:
+        """Environment steps it brings into the run (0 for items replayed from a buffer)."""
+        ...
+
+    @property
+    def num_samples(self) -> int:
+        """Items a learner update on it trains on."""
+        ...
+
+    @property
+    def weights_version(self) -> int:
+        """Learner version of the weights that acted (-1 where unknown, e.g. replayed items)."""
+        ...
+
+    @property
+    def replay_source(self) -> ReplaySource | None:
+        """Where its items lie in a replay shard, for their new priorities (None for fresh samples)."""
+        ...
+
+    def train_arrays(self) -> Mapping[str, Any]:
+        """The learner's flat batch ``{field: [num_samples, ...]}``."""
+        ...
+
+    def replay_rows(self) -> Any:
+        """What a replay shard stores of it: flat ``[num_samples, ...]`` fields or encoded rows."""
+        ...
+
+
+B = TypeVar("B", bound="Batch")
+
+
+def train_arrays(batch: Batch) -> Mapping[str, Any]:
+    """A batch's :meth:`Batch.train_arrays`: the default of ``ToDevice``'s ``to_host`` and of
+    a learner thread's ``to_host_batch``."""
+    return batch.train_arrays()
+
+
+def concat_batches(batches: Sequence[B]) -> B:
+    """Joins batches of one kind (fragments of equal length T along the batch axis; a
+    multi-agent batch policy by policy) through that kind's own ``concat``."""
+    if len(batches) == 1:
+        return batches[0]
+    return type(batches[0]).concat(batches)  # type: ignore[attr-defined]
 
 
 class SampleBatch(NamedTuple):
@@ -27,6 +89,40 @@ class SampleBatch(NamedTuple):
     timing: SampleTiming | None = None
     """Where the worker's time went while it sampled this fragment (None where not measured)."""
 
+    @property
+    def num_samples(self) -> int:
+        return self.data.num_transitions if isinstance(self.data, ReplayRows) else self.env_steps
+
+    @property
+    def replay_source(self) -> None:
+        return None
+
+    def train_arrays(self) -> dict[str, np.ndarray]:
+        return flatten_time_major(self.data)
+
+    def replay_rows(self) -> Any:
+        return self.data if isinstance(self.data, ReplayRows) else flatten_time_major(self.data)
+
+    @staticmethod
+    def concat(batches: Sequence[SampleBatch]) -> SampleBatch:
+        """Fragments of equal length T joined along the batch axis."""
+        data: Any
+        if isinstance(batches[0].data, ReplayRows):
+            data = ReplayRows.concatenate([b.data for b in batches])
+        else:
+            data = {
+                k: np.concatenate([b.data[k] for b in batches], axis=0 if k in PER_ENV_FIELDS else 1)
+                for k in batches[0].data
+            }
+        return SampleBatch(
+            data,
+            sum(b.env_steps for b in batches),
+            np.concatenate([b.episode_returns for b in batches]),
+            np.concatenate([b.episode_lengths for b in batches]),
+            min(b.weights_version for b in batches),
+            sum_timings([b.timing for b in batches]),
+        )
+
 
 class SampleTiming(NamedTuple):
     """Seconds a rollout worker spent producing fragments: in all (``sample_s``, from the
@@ -41,30 +137,6 @@ class SampleTiming(NamedTuple):
 
 PER_ENV_FIELDS = ("last_obs", "bootstrap_value")
 """Fragment fields with one entry per environment (``[B, ...]``), not per step (``[T, B, ...]``)."""
-
-
-def concat_batches(batches: Sequence[SampleBatch]) -> SampleBatch:
-    """Concatenates fragments of equal length T along the batch axis (a multi-agent batch
-    joins policy by policy)."""
-    if len(batches) == 1:
-        return batches[0]
-    if not isinstance(batches[0], SampleBatch):
-        return type(batches[0]).concat(batches)
-    if isinstance(batches[0].data, ReplayRows):
-        data: Any = ReplayRows.concatenate([b.data for b in batches])
-    else:
-        data = {
-            k: np.concatenate([b.data[k] for b in batches], axis=0 if k in PER_ENV_FIELDS else 1)
-            for k in batches[0].data
-        }
-    return SampleBatch(
-        data,
-        sum(b.env_steps for b in batches),
-        np.concatenate([b.episode_returns for b in batches]),
-        np.concatenate([b.episode_lengths for b in batches]),
-        min(b.weights_version for b in batches),
-        sum_timings([b.timing for b in batches]),
-    )
 
 
 def sum_timings(timings: Sequence[SampleTiming | None]) -> SampleTiming | None:

@@ -39,6 +39,24 @@ class MultiAgentBatch(NamedTuple):
     timing: SampleTiming | None = None
     """The worker's time for the whole fragment, all policies together."""
 
+    @property
+    def num_samples(self) -> int:
+        return sum(b.num_samples for b in self.policy_batches.values())
+
+    @property
+    def weights_version(self) -> int:
+        return min((b.weights_version for b in self.policy_batches.values()), default=-1)
+
+    @property
+    def replay_source(self) -> None:
+        return None
+
+    def train_arrays(self) -> dict[str, Any]:
+        raise TypeError("a MultiAgentBatch trains policy by policy: select one policy's batch first (SelectPolicy)")
+
+    def replay_rows(self) -> Any:
+        raise TypeError("a MultiAgentBatch is stored policy by policy: select one policy's batch first (SelectPolicy)")
+
     @staticmethod
     def concat(batches: Sequence[MultiAgentBatch]) -> MultiAgentBatch:
         return MultiAgentBatch(

@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import atexit
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from jaxflow.dataflow.producer import Producer, ProducerError
 
 
 class SampleAhead:
@@ -27,51 +28,27 @@ class SampleAhead:
     """
 
     def __init__(self, rollout: Callable[[], Any]):
-        self._rollout = rollout
-        self._wanted = threading.Semaphore(0)
-        self._ready = threading.Semaphore(0)
-        self._result: Any = None
-        self._error: BaseException | None = None
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="sample-ahead", daemon=True)
+        self._producer: Producer[Any] = Producer(lambda: iter(rollout, _NEVER), ahead=1, name="sample-ahead")
         _SAMPLERS.add(self)
 
     def close(self, timeout_s: float = 60.0) -> None:
         """Stops the thread once the rollout it is in (if any) ends; :meth:`take` then raises.
         Also run at interpreter exit: a thread left inside an emulator step aborts the process."""
-        if self._closed:
-            return
-        self._closed = True
-        self._wanted.release()
-        if self._thread.ident is not None:
-            self._thread.join(timeout_s)
-        self._error = self._error or RuntimeError("the sampler thread was closed")
-        self._ready.release()
+        self._producer.close(timeout_s)
 
     def take(self) -> Any:
-        if self._thread.ident is None and not self._closed:  # the first call starts the thread
-            self._wanted.release()
-            self._thread.start()
-        self._ready.acquire()
-        if self._error is not None:
-            self._ready.release()  # every later take() raises it too, instead of blocking
-            raise self._error
-        result = self._result
-        self._wanted.release()
-        return result
+        if self._producer.stopping():
+            raise RuntimeError("the sampler thread was closed")
+        if not self._producer.started:  # the first call starts the thread
+            self._producer.start()
+        try:
+            return self._producer.get()
+        except ProducerError as e:
+            raise e.error from None  # the rollout's own error, as a worker without the thread raises it
 
-    def _run(self) -> None:
-        while True:
-            self._wanted.acquire()
-            if self._closed:
-                return
-            try:
-                self._result = self._rollout()
-            except BaseException as error:
-                self._error = error
-                self._ready.release()
-                return
-            self._ready.release()
+
+_NEVER = object()
+"""``iter(rollout, _NEVER)`` calls ``rollout`` for ever: no fragment is this object."""
 
 
 _SAMPLERS: weakref.WeakSet[SampleAhead] = weakref.WeakSet()

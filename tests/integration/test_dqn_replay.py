@@ -11,7 +11,7 @@ import optax
 import pytest
 import ray
 
-from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, envs, from_items
+from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, SampleBatch, envs, from_items
 from jaxflow.dataflow.iterators import NOT_READY
 
 SMALL = dict(
@@ -109,6 +109,12 @@ def test_apex_runs_its_three_subflows(ray_local):
     assert queues["enqueue_wait_s"] > 0 and queues["dequeue_wait_s"] > 0  # both sides measured their waits
 
 
+def flat(data: dict) -> SampleBatch:
+    """A fragment of one time step whose learner arrays are ``data``."""
+    n = len(next(iter(data.values())))
+    return SampleBatch({k: v[None] for k, v in data.items()}, n, np.zeros(0), np.zeros(0), 0)
+
+
 def _toy_learner():
     def loss_fn(params, batch, rng):
         err = params["w"] * batch["x"] - batch["y"]
@@ -119,9 +125,9 @@ def _toy_learner():
 
 def test_learner_thread_round_trip_keeps_order_and_per_sample_metrics():
     learner = _toy_learner()
-    thread = learner.start_thread(lambda item: item)
+    thread = learner.start_thread()
     try:
-        batches = [{"x": np.full(4, float(i + 1), np.float32), "y": np.zeros(4, np.float32)} for i in range(5)]
+        batches = [flat({"x": np.full(4, float(i + 1), np.float32), "y": np.zeros(4, np.float32)}) for i in range(5)]
         fed = from_items(batches).for_each(Enqueue(thread))
         for _ in batches:
             next(fed)
@@ -135,7 +141,7 @@ def test_learner_thread_round_trip_keeps_order_and_per_sample_metrics():
                 results.append(item)
             if len(results) == 5:
                 break
-        assert [b["x"][0] for b, _ in results] == [1.0, 2.0, 3.0, 4.0, 5.0]
+        assert [b.data["x"][0, 0] for b, _ in results] == [1.0, 2.0, 3.0, 4.0, 5.0]
         assert all(m["td_error"].shape == (4,) for _, m in results)
         assert learner.version == 5 and thread.stats["updates"] == 5
     finally:
@@ -144,9 +150,9 @@ def test_learner_thread_round_trip_keeps_order_and_per_sample_metrics():
 
 def test_learner_thread_failure_is_raised_in_the_plan():
     learner = _toy_learner()
-    thread = learner.start_thread(lambda item: item)
+    thread = learner.start_thread()
     try:
-        thread.inqueue.put({"x": np.ones(3, np.float32)})  # no "y": the loss raises
+        thread.inqueue.put(flat({"x": np.ones(3, np.float32)}))  # no "y": the loss raises
         out = Dequeue(thread)
         with pytest.raises(LearnerThreadError, match="learner thread failed"):
             for _ in range(20):
@@ -157,9 +163,9 @@ def test_learner_thread_failure_is_raised_in_the_plan():
 
 def test_enqueue_blocks_while_the_queue_is_full_without_spinning():
     learner = _toy_learner()
-    thread = learner.start_thread(lambda item: item, inqueue_size=1, outqueue_size=1)
+    thread = learner.start_thread(inqueue_size=1, outqueue_size=1)
     try:
-        batch = {"x": np.ones(2, np.float32), "y": np.ones(2, np.float32)}
+        batch = flat({"x": np.ones(2, np.float32), "y": np.ones(2, np.float32)})
         fed = from_items([batch] * 4).for_each(Enqueue(thread))
         done = threading.Event()
 

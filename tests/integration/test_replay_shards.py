@@ -33,6 +33,11 @@ def items(first_id: int, n: int) -> dict[str, np.ndarray]:
     return {"id": ids, "obs": np.stack([ids, -ids], axis=-1).astype(np.float32)}
 
 
+def step(first_id: int, n: int) -> SampleBatch:
+    """The same ``n`` items as :func:`items`, as a fragment of one time step (for ``StoreToReplay``)."""
+    return fragment(first_id, T=1, B=n)
+
+
 def shard_ids(shards: ReplayShards) -> list[np.ndarray]:
     return [s["buffer"]["data/id"] for s in ray.get([a.get_state.remote() for a in shards.actors])]
 
@@ -86,7 +91,7 @@ def test_store_to_a_fixed_shard_flattens_time_major(make_shards):
 
 def test_update_priorities_land_on_the_right_shard_and_item(make_shards):
     shards = make_shards(4, capacity=100, alpha=ALPHA, seed=0)
-    from_items([items(25 * k, 25) for k in range(8)]).for_each(StoreToReplay(shards, seed=3)).take(8)
+    from_items([step(25 * k, 25) for k in range(8)]).for_each(StoreToReplay(shards, seed=3)).take(8)
     batches = ParallelReplay(shards, batch_size=8, beta=0.4, num_async=2).take(12)
     assert all(isinstance(b, ReplayBatch) and len(b.indices) == 8 for b in batches)
 
@@ -178,7 +183,7 @@ def test_parallel_replay_waits_for_the_limiter(make_shards):
     shards = make_shards(2, capacity=100, seed=0, samples_per_insert=1, error_buffer=8, sample_wait_s=0.05)
     # With nothing stored the shards answer "not ready", which ParallelReplay drops, so a
     # batch can only arrive once an insert admits one.
-    from_items([items(0, 4)]).for_each(StoreToReplay(shards, shard=1)).take(1)
+    from_items([step(0, 4)]).for_each(StoreToReplay(shards, shard=1)).take(1)
     batch = ParallelReplay(shards, batch_size=4).take(1)[0]
     assert batch.shard == 1 and set(batch.data["id"].tolist()) <= {0, 1, 2, 3}
 
@@ -209,7 +214,7 @@ def test_shard_state_round_trip_restores_contents_priorities_and_counters(make_s
 
 def test_a_dead_shard_is_named(make_shards):
     shards = make_shards(2, capacity=100, seed=0)
-    from_items([items(0, 10), items(10, 10)]).for_each(StoreToReplay(shards, shard=0)).take(2)
+    from_items([step(0, 10), step(10, 10)]).for_each(StoreToReplay(shards, shard=0)).take(2)
     ray.kill(shards.actors[1])
     with pytest.raises(ReplayShardError, match="replay shard 1"):
-        from_items([items(20, 10)]).for_each(StoreToReplay(shards, shard=1)).take(1)
+        from_items([step(20, 10)]).for_each(StoreToReplay(shards, shard=1)).take(1)

@@ -21,13 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 FOUR_DEVICES = r"""
 import json, numpy as np, optax
-from jaxflow import Learner, from_items
+from jaxflow import Learner, SampleBatch, from_items
 from jaxflow.learn.to_device import ToDevice
 learner = Learner(lambda p, b, r: ((p["w"] * b["x"]).sum(), {}), optax.sgd(0.1), {"w": np.float32(1.0)})
 items = [{"x": np.arange(16, dtype=np.float32) + 100 * i, "y": np.full((16, 3), i, np.int32)} for i in range(6)]
+batches = [SampleBatch(i, 16, np.zeros(0), np.zeros(0), 0) for i in items]
 report = {}
 for num_stack in (1, 3):  # one transfer per batch, and three batches per transfer
-    out = list(ToDevice(from_items(items), learner, to_host=lambda b: b, num_stack=num_stack).take(6))
+    out = list(ToDevice(from_items(batches), learner, to_host=lambda b: b.data, num_stack=num_stack).take(6))
     report[num_stack] = {
         "equal": all(np.array_equal(np.asarray(o.data[k]), i[k]) for o, i in zip(out, items) for k in i),
         "devices": [len(o.data["x"].sharding.device_set) for o in out],
@@ -51,13 +52,19 @@ def test_contents_order_and_sharding_on_four_devices():
         assert out["rows_per_shard"] == [4]  # 16 samples over 4 devices
 
 
+def flat(data: dict) -> SampleBatch:
+    """A batch whose learner arrays are ``data`` as it is (``to_host=lambda b: b.data``)."""
+    n = len(next(iter(data.values())))
+    return SampleBatch(data, n, np.zeros(0), np.zeros(0), 0)
+
+
 def _learner():
     return Learner(lambda p, b, r: ((p["w"] * b["x"]).sum(), {}), optax.sgd(0.1), {"w": np.float32(1.0)})
 
 
 def test_stacked_transfers_and_metrics():
-    items = [{"x": np.full(8, i, np.float32)} for i in range(6)]
-    it = ToDevice(from_items(items), _learner(), to_host=lambda b: b, num_stack=2)
+    items = [flat({"x": np.full(8, i, np.float32)}) for i in range(6)]
+    it = ToDevice(from_items(items), _learner(), to_host=lambda b: b.data, num_stack=2)
     out = it.take(6)
     assert [float(o.data["x"][0]) for o in out] == [0, 1, 2, 3, 4, 5]
     assert all(isinstance(o, DeviceBatch) and o.data["x"].shape == (8,) for o in out)
@@ -71,9 +78,9 @@ def test_prefetch_bound_holds():
     def source():
         for i in range(100):
             pulled.append(i)
-            yield {"x": np.full(4, i, np.float32)}
+            yield flat({"x": np.full(4, i, np.float32)})
 
-    it = ToDevice(from_iterator(source), _learner(), to_host=lambda b: b, num_stack=1, prefetch=2)
+    it = ToDevice(from_iterator(source), _learner(), to_host=lambda b: b.data, num_stack=1, prefetch=2)
     first = next(it)
     time.sleep(0.5)  # the thread runs ahead as far as it may
     # Consumed 1; 2 transfers wait in the queue; 1 more is built and blocked on the full queue.
@@ -86,10 +93,10 @@ def test_prefetch_bound_holds():
 
 def test_producer_error_reaches_the_consumer():
     def source():
-        yield {"x": np.ones(4, np.float32)}
+        yield flat({"x": np.ones(4, np.float32)})
         raise RuntimeError("env exploded")
 
-    it = ToDevice(from_iterator(source), _learner(), to_host=lambda b: b)
+    it = ToDevice(from_iterator(source), _learner(), to_host=lambda b: b.data)
     next(it)
     done = threading.Event()
     with pytest.raises(ToDeviceError, match="env exploded"):
@@ -102,7 +109,7 @@ def test_uneven_batch_fails_clearly_instead_of_hanging():
     learner = _learner()
     learner.devices = learner.devices * 2  # pretend there are two devices
     with pytest.raises(ToDeviceError, match="cannot be split evenly over 2 devices"):
-        next(ToDevice(from_items([{"x": np.ones(3, np.float32)}]), learner, to_host=lambda b: b))
+        next(ToDevice(from_items([flat({"x": np.ones(3, np.float32)})]), learner, to_host=lambda b: b.data))
 
 
 def test_train_one_step_trains_on_device_batches_and_counts_their_env_steps():
