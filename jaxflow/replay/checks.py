@@ -8,8 +8,51 @@ anything is stored.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+
+
+def check_priorities(priorities: Any, n: int) -> np.ndarray:
+    """``priorities`` as float64 ``[n]``, after checking that they are finite and ``>= 0``."""
+    p = np.asarray(priorities, np.float64)
+    if p.shape != (n,):
+        raise ValueError(f"Expected {n} priorities (shape ({n},)), got shape {p.shape}.")
+    bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
+    if bad.size:
+        raise ValueError(
+            f"Priorities must be finite and >= 0, but {bad.size} of {n} are not "
+            f"(first at position {bad[0]}: {p[bad[0]]})."
+        )
+    return p
+
+
+def check_batch(batch: Mapping[str, np.ndarray], storage: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``batch`` as numpy arrays, after checking that its fields share a leading size and, once
+    ``storage`` holds arrays, that they have its fields, item shapes and storable dtypes."""
+    if not batch:
+        raise ValueError("A batch needs at least one field.")
+    arrays = {k: np.asarray(v) for k, v in batch.items()}
+    scalars = [k for k, v in arrays.items() if v.ndim == 0]
+    if scalars:
+        raise ValueError(f"Fields {scalars} have no leading batch axis.")
+    sizes = {k: v.shape[0] for k, v in arrays.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"Fields have different leading sizes: {sizes}.")
+    if not storage:
+        return arrays
+    if arrays.keys() != storage.keys():
+        missing = sorted(storage.keys() - arrays.keys())
+        extra = sorted(arrays.keys() - storage.keys())
+        raise ValueError(f"Batch fields differ from the stored ones: missing {missing}, unexpected {extra}.")
+    for k, v in arrays.items():
+        stored = storage[k]
+        if v.shape[1:] != stored.shape[1:]:
+            raise ValueError(f"Field {k!r} has item shape {v.shape[1:]}, but stored items have {stored.shape[1:]}.")
+        # Same-kind only: a float batch written into an integer field would be silently truncated.
+        if not np.can_cast(v.dtype, stored.dtype, casting="same_kind"):
+            raise ValueError(f"Field {k!r} has dtype {v.dtype}, which cannot be stored as {stored.dtype}.")
+    return arrays
 
 
 def check_frame_stack(frame_stack: int) -> None:
