@@ -16,6 +16,56 @@ ConvFn = Callable[..., jax.Array]
 """A function with ``lax.conv_general_dilated``'s signature (``flax.linen.Conv``'s ``conv_general_dilated``)."""
 
 
+def _is_plain_nhwc_conv(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    lhs_dilation: Sequence[int] | None,
+    rhs_dilation: Sequence[int] | None,
+    dimension_numbers: Any,
+    feature_group_count: int,
+    kwargs: dict[str, Any],
+) -> bool:
+    """Whether :func:`cpu_matmul_conv`'s arguments ask for a plain strided NHWC convolution:
+    one group, no dilation, HWIO kernel, no further options; only those become matrix products."""
+    return (
+        lhs.ndim == 4
+        and feature_group_count == 1
+        and not kwargs
+        and all(d == 1 for d in (*(lhs_dilation or (1, 1)), *(rhs_dilation or (1, 1))))
+        and dimension_numbers == lax.conv_dimension_numbers(lhs.shape, rhs.shape, ("NHWC", "HWIO", "NHWC"))
+    )
+
+
+def _patches_times_kernel(
+    x: jax.Array,
+    kernel: jax.Array,
+    window_strides: Sequence[int],
+    padding: str | Sequence[tuple[int, int]],
+    precision: Any,
+) -> jax.Array:
+    """A plain strided NHWC convolution of ``x`` by the HWIO ``kernel``, as one matrix
+    product of ``x``'s image patches and the flattened kernel (im2col)."""
+    pads = (
+        lax.padtype_to_pads(x.shape[1:3], kernel.shape[:2], window_strides, padding)
+        if isinstance(padding, str)
+        else padding
+    )
+    x = jnp.pad(x, [(0, 0), *pads, (0, 0)])
+    (n, h, w, c), (kh, kw, _, out), (sh, sw) = x.shape, kernel.shape, window_strides
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    # Channels ordered (row, column, channel), as the HWIO kernel flattens.
+    patches = jnp.concatenate(
+        [
+            lax.slice(x, (0, i, j, 0), (n, i + sh * (oh - 1) + 1, j + sw * (ow - 1) + 1, c), (1, sh, sw, 1))
+            for i in range(kh)
+            for j in range(kw)
+        ],
+        axis=-1,
+    )
+    y = jnp.dot(patches.reshape(-1, kh * kw * c), kernel.reshape(-1, out), precision=precision)
+    return y.reshape(n, oh, ow, out)
+
+
 def cpu_matmul_conv(
     lhs: jax.Array,
     rhs: jax.Array,
@@ -56,38 +106,12 @@ def cpu_matmul_conv(
         precision=precision,
         **kwargs,
     )
-    plain = (
-        lhs.ndim == 4
-        and feature_group_count == 1
-        and not kwargs
-        and all(d == 1 for d in (*(lhs_dilation or (1, 1)), *(rhs_dilation or (1, 1))))
-        and dimension_numbers == lax.conv_dimension_numbers(lhs.shape, rhs.shape, ("NHWC", "HWIO", "NHWC"))
-    )
-    if not plain:
+    if not _is_plain_nhwc_conv(lhs, rhs, lhs_dilation, rhs_dilation, dimension_numbers, feature_group_count, kwargs):
         return conv(lhs, rhs)
-    pads = (
-        lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], window_strides, padding)
-        if isinstance(padding, str)
-        else padding
+    matmul = functools.partial(
+        _patches_times_kernel, window_strides=window_strides, padding=padding, precision=precision
     )
-
-    def patches_times_kernel(x: jax.Array, kernel: jax.Array) -> jax.Array:
-        x = jnp.pad(x, [(0, 0), *pads, (0, 0)])
-        (n, h, w, c), (kh, kw, _, out), (sh, sw) = x.shape, kernel.shape, window_strides
-        oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
-        # Channels ordered (row, column, channel), as the HWIO kernel flattens.
-        patches = jnp.concatenate(
-            [
-                lax.slice(x, (0, i, j, 0), (n, i + sh * (oh - 1) + 1, j + sw * (ow - 1) + 1, c), (1, sh, sw, 1))
-                for i in range(kh)
-                for j in range(kw)
-            ],
-            axis=-1,
-        )
-        y = jnp.dot(patches.reshape(-1, kh * kw * c), kernel.reshape(-1, out), precision=precision)
-        return y.reshape(n, oh, ow, out)
-
-    return lax.platform_dependent(lhs, rhs, cpu=patches_times_kernel, default=conv)
+    return lax.platform_dependent(lhs, rhs, cpu=matmul, default=conv)
 
 
 def _frames_to_nhwc(obs: jax.Array, rgb: bool) -> tuple[jax.Array, tuple[int, ...]]:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxflow.replay.checks import check_batch, check_priorities
 from jaxflow.replay.sum_tree import SumTree
 
 _DATA_PREFIX = "data/"
@@ -49,19 +50,6 @@ class ReplayRows(NamedTuple):
             np.concatenate([p.priorities for p in parts]),
             parts[0].frame_stack,
         )
-
-
-def _check_priorities(priorities: Any, n: int) -> np.ndarray:
-    p = np.asarray(priorities, np.float64)
-    if p.shape != (n,):
-        raise ValueError(f"Expected {n} priorities (shape ({n},)), got shape {p.shape}.")
-    bad = np.flatnonzero(~(np.isfinite(p) & (p >= 0)))
-    if bad.size:
-        raise ValueError(
-            f"Priorities must be finite and >= 0, but {bad.size} of {n} are not "
-            f"(first at position {bad[0]}: {p[bad[0]]})."
-        )
-    return p
 
 
 class PrioritizedReplayBuffer:
@@ -157,9 +145,9 @@ class PrioritizedReplayBuffer:
             ValueError: for invalid priorities, unequal leading sizes, or fields, trailing
                 shapes or dtypes that do not match the stored ones. Nothing is stored then.
         """
-        arrays = self._check_batch(batch)
+        arrays = check_batch(batch, self._storage)
         n = next(iter(arrays.values())).shape[0]
-        p = np.full(n, self._max_priority) if priorities is None else _check_priorities(priorities, n)
+        p = np.full(n, self._max_priority) if priorities is None else check_priorities(priorities, n)
         if n == 0:
             return np.zeros(0, np.int64)
         if not self._storage:
@@ -225,7 +213,7 @@ class PrioritizedReplayBuffer:
         idx = np.asarray(indices)
         if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
             raise ValueError(f"indices must be a 1-D integer array, got {idx.dtype} with shape {idx.shape}.")
-        p = _check_priorities(priorities, idx.shape[0])
+        p = check_priorities(priorities, idx.shape[0])
         outside = np.flatnonzero((idx < 0) | (idx >= self._size))
         if outside.size:
             raise IndexError(
@@ -269,7 +257,7 @@ class PrioritizedReplayBuffer:
         size, next_index = int(state["size"]), int(state["next_index"])
         if not (0 <= size <= capacity and 0 <= next_index < capacity):
             raise ValueError(f"Inconsistent state: size {size}, next_index {next_index}, capacity {capacity}.")
-        masses = _check_priorities(state["masses"], size)
+        masses = check_priorities(state["masses"], size)
         data = {k[len(_DATA_PREFIX) :]: np.asarray(v) for k, v in state.items() if k.startswith(_DATA_PREFIX)}
         for k, v in data.items():
             if v.ndim == 0 or v.shape[0] != size:
@@ -287,28 +275,3 @@ class PrioritizedReplayBuffer:
     def _mass(self, priorities: np.ndarray) -> np.ndarray:
         # Masked rather than 0.0 ** alpha, which is 1 for alpha = 0: a zero priority must stay undrawable.
         return np.power(priorities, self.alpha, out=np.zeros_like(priorities), where=priorities > 0)
-
-    def _check_batch(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if not batch:
-            raise ValueError("A batch needs at least one field.")
-        arrays = {k: np.asarray(v) for k, v in batch.items()}
-        scalars = [k for k, v in arrays.items() if v.ndim == 0]
-        if scalars:
-            raise ValueError(f"Fields {scalars} have no leading batch axis.")
-        sizes = {k: v.shape[0] for k, v in arrays.items()}
-        if len(set(sizes.values())) > 1:
-            raise ValueError(f"Fields have different leading sizes: {sizes}.")
-        if not self._storage:
-            return arrays
-        if arrays.keys() != self._storage.keys():
-            missing = sorted(self._storage.keys() - arrays.keys())
-            extra = sorted(arrays.keys() - self._storage.keys())
-            raise ValueError(f"Batch fields differ from the stored ones: missing {missing}, unexpected {extra}.")
-        for k, v in arrays.items():
-            stored = self._storage[k]
-            if v.shape[1:] != stored.shape[1:]:
-                raise ValueError(f"Field {k!r} has item shape {v.shape[1:]}, but stored items have {stored.shape[1:]}.")
-            # Same-kind only: a float batch written into an integer field would be silently truncated.
-            if not np.can_cast(v.dtype, stored.dtype, casting="same_kind"):
-                raise ValueError(f"Field {k!r} has dtype {v.dtype}, which cannot be stored as {stored.dtype}.")
-        return arrays

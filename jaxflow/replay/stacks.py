@@ -39,21 +39,36 @@ def encode_stacks(obs: np.ndarray, last_obs: np.ndarray) -> tuple[np.ndarray, np
             int16 positions, or an observation whose older frames are none of the three.
     """
     obs, last_obs = np.asarray(obs), np.asarray(last_obs)
+    _check_stacks(obs, last_obs)
+    num_steps, num_envs, k = obs.shape[:3]
+    frames = np.empty((num_steps + k, num_envs) + obs.shape[3:], obs.dtype)
+    frames[:k] = obs[0].swapaxes(0, 1)
+    frames[k : num_steps + k - 1] = obs[1:, :, -1]
+    frames[-1] = last_obs[:, -1]
+    return frames, _stack_index(obs, last_obs)
+
+
+def _check_stacks(obs: np.ndarray, last_obs: np.ndarray) -> None:
+    """Raises :func:`encode_stacks`'s errors for shapes that do not fit together, ``k < 2``
+    or a fragment too long for int16 positions."""
     if obs.ndim < 4 or obs.shape[2] < 2 or last_obs.shape != obs.shape[1:]:
         raise ValueError(
             f"encode_stacks needs obs [T, B, k, *frame_shape] with k >= 2 and last_obs [B, k, *frame_shape], "
             f"got obs {obs.shape} and last_obs {last_obs.shape}."
         )
-    num_steps, num_envs, k = obs.shape[:3]
+    num_steps, _, k = obs.shape[:3]
     if num_steps + k > _INT16_MAX:
         raise ValueError(
             f"A fragment of T={num_steps} steps of {k} frames is too long for int16 positions; use shorter fragments."
         )
+
+
+def _stack_index(obs: np.ndarray, last_obs: np.ndarray) -> np.ndarray:
+    """:func:`encode_stacks`'s ``index`` ``[T + 1, B, k]``: an observation's newest frame is
+    at ``k - 1 + t``; its older frames are its predecessor's shifted by one, except where
+    :func:`_restarted_positions` finds the stack restarted."""
+    num_steps, num_envs, k = obs.shape[:3]
     frame_axes = tuple(range(2, obs.ndim - 1))
-    frames = np.empty((num_steps + k, num_envs) + obs.shape[3:], obs.dtype)
-    frames[:k] = obs[0].swapaxes(0, 1)
-    frames[k : num_steps + k - 1] = obs[1:, :, -1]
-    frames[-1] = last_obs[:, -1]
     index = np.empty((num_steps + 1, num_envs, k), np.int16)
     index[0] = np.arange(k)
     index[:, :, -1] = (k - 1 + np.arange(num_steps + 1))[:, None]
@@ -63,16 +78,27 @@ def encode_stacks(obs: np.ndarray, last_obs: np.ndarray) -> tuple[np.ndarray, np
         index[t, :, :-1] = index[t - 1, :, 1:]
         envs, frame = np.nonzero(~np.all(cur[:, :-1] == prev[:, 1:], axis=frame_axes))
         if envs.size:
-            older = cur[envs, frame]
-            repeat = np.all(older == cur[envs, -1], axis=tuple(range(1, older.ndim)))
-            zero = ~np.any(older, axis=tuple(range(1, older.ndim)))
-            if not np.all(repeat | zero):
-                b, i = envs[~(repeat | zero)][0], frame[~(repeat | zero)][0]
-                raise ValueError(
-                    f"Frame {i} of observation {t} of environment {b} is neither the next frame of the observation "
-                    "before it, nor a copy of its own newest frame, nor all zeros: these stacks cannot be sent as "
-                    "single frames (set send_frames_once=False to send whole observations)."
-                )
-            index[t, envs, frame] = np.where(repeat, k - 1 + t, -1)
+            index[t, envs, frame] = _restarted_positions(cur, envs, frame, t)
         prev = cur
-    return frames, index
+    return index
+
+
+def _restarted_positions(cur: np.ndarray, envs: np.ndarray, frame: np.ndarray, t: int) -> np.ndarray:
+    """Positions of the older frames ``cur[envs, frame]`` of observation ``t`` that are not
+    shifted from observation ``t - 1``: its newest frame's for a copy of it, -1 for all zeros.
+
+    Raises:
+        ValueError: if one of these frames is neither.
+    """
+    k = cur.shape[1]
+    older = cur[envs, frame]
+    repeat = np.all(older == cur[envs, -1], axis=tuple(range(1, older.ndim)))
+    zero = ~np.any(older, axis=tuple(range(1, older.ndim)))
+    if not np.all(repeat | zero):
+        b, i = envs[~(repeat | zero)][0], frame[~(repeat | zero)][0]
+        raise ValueError(
+            f"Frame {i} of observation {t} of environment {b} is neither the next frame of the observation "
+            "before it, nor a copy of its own newest frame, nor all zeros: these stacks cannot be sent as "
+            "single frames (set send_frames_once=False to send whole observations)."
+        )
+    return np.where(repeat, k - 1 + t, -1)

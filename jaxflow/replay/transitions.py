@@ -18,6 +18,17 @@ whose ring slots become *rows*:
 - Relative pointers link the rows: ``next`` (forward) from a transition's row to the row
   owning its bootstrap observation, and ``stack`` (backward, ``frame_stack > 1`` only)
   from an owned row to the rows holding its observation's ``k`` frames.
+- Rows per environment with ``frame_stack == 1``: ``T + 1``, one per observation;
+  ``obs[t]`` owns row ``t`` of its environment's block, and the last (``obs[T]``, the
+  bootstrap tail) is a context row.
+- Rows per environment with ``frame_stack == k > 1``: ``obs[t]`` (``t >= 1``) that is a
+  *shift* of ``obs[t - 1]`` (``obs[t][:-1] == obs[t - 1][1:]`` exactly) adds one row, its
+  newest frame; any other observation (``obs[0]``, or one after a reset) adds one row per
+  run of equal consecutive frames, so gymnasium's reset stack ``[f, f, f, f]`` costs one
+  row and a stack of ``k`` distinct frames ``k`` rows. A fragment of ``T`` steps without
+  resets thus takes at most ``T + k`` rows. Equality is compared bit for bit, so a reset
+  that happens to look like a shift is stored as one, which is harmless: the frames
+  rebuilt are the same.
 
 Pointers never leave the block of rows that :func:`encode_fragment` makes for one
 environment, so the block can be written at any ring position, wrapping around the end,
@@ -35,61 +46,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from jaxflow.replay.checks import check_fragment, check_rows_to_decode
+
 _INT16_MAX = int(np.iinfo(np.int16).max)
-
-
-def _check_fragment(
-    obs: np.ndarray,
-    actions: np.ndarray,
-    rewards: np.ndarray,
-    discounts: np.ndarray,
-    next_offsets: np.ndarray,
-    priorities: np.ndarray,
-    frame_stack: int,
-) -> tuple[int, int]:
-    """Validates :func:`encode_fragment`'s arguments; returns ``(T, B)``."""
-    if isinstance(frame_stack, bool) or not isinstance(frame_stack, (int, np.integer)) or frame_stack < 1:
-        raise ValueError(f"frame_stack must be a positive integer, got {frame_stack!r}.")
-    if obs.ndim < 2 or obs.shape[0] < 2:
-        raise ValueError(
-            f"obs must be [T+1, B, *obs_shape] with T >= 1 (the fragment's observations plus the one "
-            f"after its last step), got shape {obs.shape}."
-        )
-    num_steps, num_envs = obs.shape[0] - 1, obs.shape[1]
-    if frame_stack > 1 and (obs.ndim < 3 or obs.shape[2] != frame_stack):
-        raise ValueError(
-            f"frame_stack={frame_stack} needs obs of shape [T+1, B, {frame_stack}, *frame_shape] "
-            f"(frames stacked on the leading observation axis), got obs shape {obs.shape}."
-        )
-    expected = (num_steps, num_envs)
-    if actions.shape[:2] != expected:
-        raise ValueError(f"actions must have leading shape [T, B] = {expected} (from obs), got {actions.shape}.")
-    for name, value in (
-        ("rewards", rewards),
-        ("discounts", discounts),
-        ("next_offsets", next_offsets),
-        ("priorities", priorities),
-    ):
-        if value.shape != expected:
-            raise ValueError(f"{name} must have shape [T, B] = {expected} (from obs), got {value.shape}.")
-    if not np.issubdtype(next_offsets.dtype, np.integer):
-        raise ValueError(f"next_offsets must be integers, got dtype {next_offsets.dtype}.")
-    limit = num_steps - np.arange(num_steps)[:, None]
-    bad = np.argwhere((next_offsets < 1) | (next_offsets > limit))
-    if bad.size:
-        t, b = bad[0]
-        raise ValueError(
-            f"next_offsets must be in 1..T-t so that obs[t + next_offsets[t]] exists (T={num_steps}), but "
-            f"{len(bad)} are not (first at t={t}, b={b}: {next_offsets[t, b]})."
-        )
-    bad = np.argwhere(~(np.isfinite(priorities) & (priorities > 0)))
-    if bad.size:
-        t, b = bad[0]
-        raise ValueError(
-            f"priorities must be finite and > 0 (0 marks context rows), but {len(bad)} are not "
-            f"(first at t={t}, b={b}: {priorities[t, b]})."
-        )
-    return num_steps, num_envs
 
 
 def encode_fragment(
@@ -105,21 +64,8 @@ def encode_fragment(
 
     The transition at ``(t, b)`` is ``obs[t, b] --actions[t, b]--> obs[t + next_offsets[t, b], b]``
     with return ``rewards[t, b]`` and bootstrap discount ``discounts[t, b]`` (n-step
-    quantities computed by the caller; ``discounts`` is 0 where the episode ended).
-
-    Rows per environment:
-
-    - ``frame_stack == 1``: ``T + 1``, one per observation; ``obs[t]`` owns row ``t`` of its
-      environment's block, and the last (``obs[T]``, the bootstrap tail) is a context row.
-    - ``frame_stack == k > 1``: ``obs[t]`` (``t >= 1``) that is a *shift* of ``obs[t - 1]``
-      (``obs[t][:-1] == obs[t - 1][1:]`` exactly) adds one row, its newest frame; any other
-      observation (``obs[0]``, or one after a reset) adds one row per run of equal
-      consecutive frames, so gymnasium's reset stack ``[f, f, f, f]`` costs one row and a
-      stack of ``k`` distinct frames ``k`` rows. A fragment of ``T`` steps without resets
-      thus takes at most ``T + k`` rows.
-
-    Equality is compared bit for bit, so a reset that happens to look like a shift is
-    stored as one, which is harmless: the frames rebuilt are the same.
+    quantities computed by the caller; ``discounts`` is 0 where the episode ended). How many
+    rows each environment takes is in the module docstring.
 
     Args:
         obs: ``[T + 1, B, *obs_shape]``: the fragment's ``T`` observations and the one after
@@ -153,59 +99,100 @@ def encode_fragment(
     obs = np.asarray(obs)
     actions, rewards, discounts = np.asarray(actions), np.asarray(rewards), np.asarray(discounts)
     next_offsets, priorities = np.asarray(next_offsets), np.asarray(priorities)
-    num_steps, num_envs = _check_fragment(obs, actions, rewards, discounts, next_offsets, priorities, frame_stack)
-    k = int(frame_stack)
+    check_fragment(obs, actions, rewards, discounts, next_offsets, priorities, frame_stack)
     # Frames as [T+1, B, k, *frame_shape]; with k == 1 the whole observation is the frame.
-    frames = obs if k > 1 else obs[:, :, None]
-    frame_shape = frames.shape[3:]
-    frame_axes = tuple(range(3, frames.ndim))
+    frames = obs if frame_stack > 1 else obs[:, :, None]
+    new, shift = _new_frames(frames)
+    latest, num_rows = _number_rows(new)
+    row_frames = np.empty((num_rows, *frames.shape[3:]), obs.dtype)
+    row_frames[latest[new]] = frames[new]
+    columns = {"actions": actions, "rewards": rewards, "discounts": discounts}
+    frame_rows = _frame_rows(latest, shift)
+    fields, row_priorities = _transition_fields(frame_rows, next_offsets, columns, priorities, num_rows)
+    return {"frame": row_frames, **fields}, row_priorities
 
-    # new[t, b, j]: frame j of obs[t] gets a row of its own.
-    new = np.ones((num_steps + 1, num_envs, k), bool)
-    shift = np.zeros((num_steps + 1, num_envs), bool)
+
+def _new_frames(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which frames of ``frames`` ``[T+1, B, k, *frame_shape]`` get rows of their own.
+
+    Returns ``(new, shift)``: ``new[t, b, j]`` is true where frame ``j`` of ``obs[t]`` gets
+    a row, ``shift[t, b]`` where ``obs[t]`` is a shift of ``obs[t - 1]`` (adding only its
+    newest frame); otherwise a frame gets a row unless it repeats the one before it.
+    """
+    num_obs, num_envs, k = frames.shape[:3]
+    frame_axes = tuple(range(3, frames.ndim))
+    new = np.ones((num_obs, num_envs, k), bool)
+    shift = np.zeros((num_obs, num_envs), bool)
     if k > 1:
         new[..., 1:] = ~np.all(frames[:, :, 1:] == frames[:, :, :-1], axis=frame_axes)
         shift[1:] = np.all(frames[1:, :, :-1] == frames[:-1, :, 1:], axis=(2,) + frame_axes)
         new[shift, :-1] = False
         new[shift, -1] = True
+    return new, shift
 
+
+def _number_rows(new: np.ndarray) -> tuple[np.ndarray, int]:
+    """Numbers the rows of the new frames ``new`` ``[T+1, B, k]`` marks (see :func:`_new_frames`).
+
+    Returns ``(latest, num_rows)``: ``latest[t, b, j]`` is the row of the latest new frame
+    at or before frame ``j`` of ``obs[t]``, and ``num_rows`` how many rows there are.
+
+    Raises:
+        ValueError: if one environment needs more rows than int16 offsets can address.
+    """
+    num_obs, num_envs, k = new.shape
     # Rows are numbered env-major, then by time, then by frame: the index of the latest new
     # frame at or before (t, j) in that order is a cumulative sum over each env's block.
     new_by_env = new.transpose(1, 0, 2).reshape(num_envs, -1)
     latest = np.cumsum(new_by_env, axis=1) - 1
     rows_per_env = latest[:, -1] + 1
     base = np.concatenate(([0], np.cumsum(rows_per_env)[:-1]))
-    latest = (latest + base[:, None]).reshape(num_envs, num_steps + 1, k).transpose(1, 0, 2)
-    num_rows = int(rows_per_env.sum())
+    latest = (latest + base[:, None]).reshape(num_envs, num_obs, k).transpose(1, 0, 2)
     if int(rows_per_env.max()) > _INT16_MAX:
         raise ValueError(
-            f"A fragment of T={num_steps} steps needs {int(rows_per_env.max())} rows for one environment, "
+            f"A fragment of T={num_obs - 1} steps needs {int(rows_per_env.max())} rows for one environment, "
             f"more than int16 offsets can address ({_INT16_MAX}); use shorter fragments."
         )
+    return latest, int(rows_per_env.sum())
 
-    # frame_rows[t, b, j]: the row holding frame j of obs[t]. Within an observation stored
-    # afresh, a repeated frame is the row of the latest new frame before it, which is
-    # `latest` itself (frame 0 is always new). A shift reuses its predecessor's rows.
+
+def _frame_rows(latest: np.ndarray, shift: np.ndarray) -> np.ndarray:
+    """``frame_rows[t, b, j]``: the row holding frame ``j`` of ``obs[t]``; the last, ``j = k - 1``,
+    is the row ``obs[t]`` owns.
+
+    Within an observation stored afresh, a repeated frame is the row of the latest new frame
+    before it, which is ``latest`` itself (frame 0 is always new). A shift reuses its
+    predecessor's rows.
+    """
     frame_rows = latest.copy()
     for t in np.flatnonzero(shift.any(axis=1)):
         s = shift[t]
         frame_rows[t, s, :-1] = frame_rows[t - 1, s, 1:]
+    return frame_rows
+
+
+def _transition_fields(
+    frame_rows: np.ndarray,
+    next_offsets: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    priorities: np.ndarray,
+    num_rows: int,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The rows' fields besides ``frame``, and their priorities, given ``frame_rows`` from
+    :func:`_frame_rows`: the pointers ``next`` and (``k > 1`` only) ``stack``, then each of
+    ``columns`` ``[T, B, ...]`` on the rows carrying the transitions, zeros elsewhere."""
+    num_steps, num_envs, k = next_offsets.shape[0], frame_rows.shape[1], frame_rows.shape[2]
     owner = frame_rows[..., -1]  # [T+1, B]: the row each observation owns.
-
-    row_frames = np.empty((num_rows, *frame_shape), obs.dtype)
-    row_frames[latest[new]] = frames[new]
-    rows: dict[str, np.ndarray] = {"frame": row_frames}
-
     starts = owner[:-1]  # [T, B]: rows carrying the transitions.
     targets = owner[np.arange(num_steps)[:, None] + next_offsets, np.arange(num_envs)[None, :]]
     row_next = np.zeros(num_rows, np.int16)
     row_next[starts] = targets - starts
-    rows["next"] = row_next
+    rows: dict[str, np.ndarray] = {"next": row_next}
     if k > 1:
         row_stack = np.zeros((num_rows, k), np.int16)
         row_stack[owner] = owner[..., None] - frame_rows
         rows["stack"] = row_stack
-    for name, value in (("actions", actions), ("rewards", rewards), ("discounts", discounts)):
+    for name, value in columns.items():
         column = np.zeros((num_rows, *value.shape[2:]), value.dtype)
         column[starts] = value
         rows[name] = column
@@ -234,29 +221,14 @@ def decode_rows(storage: Mapping[str, np.ndarray], indices: np.ndarray, frame_st
         ValueError: if ``frame_stack`` does not match the stored ``stack`` field, or
             ``indices`` is not a 1-D integer array of slots in ``[0, capacity)``.
     """
-    if isinstance(frame_stack, bool) or not isinstance(frame_stack, (int, np.integer)) or frame_stack < 1:
-        raise ValueError(f"frame_stack must be a positive integer, got {frame_stack!r}.")
-    frames = storage["frame"]
+    idx = check_rows_to_decode(storage, indices, frame_stack)
+    frames, stack = storage["frame"], storage.get("stack")
     capacity = frames.shape[0]
-    stack = storage.get("stack")
-    if frame_stack > 1 and (stack is None or stack.shape[1:] != (frame_stack,)):
-        found = "no 'stack' field" if stack is None else f"'stack' of shape {stack.shape}"
-        raise ValueError(
-            f"frame_stack={frame_stack} needs a 'stack' field of shape [capacity, {frame_stack}], got {found}."
-        )
-    if frame_stack == 1 and stack is not None:
-        raise ValueError(f"Rows hold {stack.shape[1]}-frame stacks, but frame_stack=1 was given.")
-    idx = np.asarray(indices)
-    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-        raise ValueError(f"indices must be a 1-D integer array, got {idx.dtype} with shape {idx.shape}.")
-    idx = idx.astype(np.int64)
-    if idx.size and (idx.min() < 0 or idx.max() >= capacity):
-        raise ValueError(f"indices must be slots in [0, {capacity}), got values in [{idx.min()}, {idx.max()}].")
 
     def observations(owned: np.ndarray) -> np.ndarray:
         if frame_stack == 1:
             return frames[owned]
-        assert stack is not None  # frame_stack > 1 without a 'stack' field was rejected above
+        assert stack is not None  # check_rows_to_decode rejected frame_stack > 1 without a 'stack' field
         return frames[(owned[:, None] - stack[owned].astype(np.int64)) % capacity]
 
     bootstrap = (idx + storage["next"][idx].astype(np.int64)) % capacity
