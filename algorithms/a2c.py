@@ -20,8 +20,10 @@ from jaxflow import (
     CommonConfig,
     ConcatBatches,
     DeviceSpec,
+    LearnerHooks,
     ParallelRollouts,
     ReportMetrics,
+    RunHooks,
     TrainOneStep,
     register_algorithm,
 )
@@ -117,8 +119,7 @@ A2C = register_algorithm(
         loss,
         plan,
         postprocess,
-        train_batch_env_steps=bulk_sync_env_steps,
-        device=DeviceSpec(),
-        flow=on_policy_flow(train_flow),
+        learner=LearnerHooks(train_batch_env_steps=bulk_sync_env_steps),
+        run=RunHooks(device=DeviceSpec(), flow=on_policy_flow(train_flow)),
     )
 )

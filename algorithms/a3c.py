@@ -15,6 +15,7 @@ from jaxflow import (
     ComputeGradients,
     ParallelRollouts,
     ReportMetrics,
+    WorkerHooks,
     register_algorithm,
 )
 from jaxflow.algorithms.a2c import loss, postprocess
@@ -49,4 +50,4 @@ def plan(workers, learner, config: A3CConfig):
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 
-A3C = register_algorithm(AlgorithmSpec("A3C", A3CConfig, loss, plan, postprocess, gradients_on_workers=True))
+A3C = register_algorithm(AlgorithmSpec("A3C", A3CConfig, loss, plan, postprocess, workers=WorkerHooks(gradients=True)))

@@ -19,6 +19,7 @@ from jaxflow import (
     ParallelReplay,
     ParallelRollouts,
     ReportMetrics,
+    RunHooks,
     StoreToReplay,
     UpdatePriorities,
     UpdateTargetNetwork,
@@ -133,9 +134,7 @@ APEX = register_algorithm(
         name="APEX",
         config_cls=APEXConfig,
         plan=plan,
-        replay=make_limited_replay,
-        explore=explore,
-        device=None,
-        flow=None,
+        workers=dataclasses.replace(DQN.workers, explore=explore),
+        run=RunHooks(replay=make_limited_replay),
     )
 )

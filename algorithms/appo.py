@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import rlax
 
-from jaxflow import AlgorithmSpec, register_algorithm
+from jaxflow import AlgorithmSpec, LearnerHooks, RunHooks, register_algorithm
 from jaxflow.algorithms.impala import IMPALA, IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
 from jaxflow.config.fields import POSITIVE, param, require
 from jaxflow.policies import Policy
@@ -69,8 +69,8 @@ APPO = register_algorithm(
         loss,
         plan,
         postprocess,
-        sgd=lambda c: (c.num_epochs, c.minibatch_sequences),
-        encode=IMPALA.encode,
-        device=IMPALA.device,
+        learner=LearnerHooks(sgd=lambda c: (c.num_epochs, c.minibatch_sequences)),
+        workers=IMPALA.workers,
+        run=RunHooks(device=IMPALA.run.device),
     )
 )

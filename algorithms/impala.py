@@ -25,6 +25,8 @@ from jaxflow import (
     Enqueue,
     ParallelRollouts,
     ReportMetrics,
+    RunHooks,
+    WorkerHooks,
     register_algorithm,
 )
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
@@ -212,6 +214,12 @@ def plan(workers, learner, config: IMPALAConfig):
 
 IMPALA = register_algorithm(
     AlgorithmSpec(
-        "IMPALA", IMPALAConfig, loss, plan, postprocess, encode=encode, device=DeviceSpec(prepare=batch_major)
+        "IMPALA",
+        IMPALAConfig,
+        loss,
+        plan,
+        postprocess,
+        workers=WorkerHooks(encode=encode),
+        run=RunHooks(device=DeviceSpec(prepare=batch_major)),
     )
 )

@@ -20,8 +20,10 @@ from jaxflow import (
     CommonConfig,
     ConcatBatches,
     DeviceSpec,
+    LearnerHooks,
     ParallelRollouts,
     ReportMetrics,
+    RunHooks,
     StandardizeFields,
     TrainOneStep,
     register_algorithm,
@@ -130,9 +132,7 @@ PPO = register_algorithm(
         loss,
         plan,
         postprocess,
-        sgd=lambda c: (c.num_epochs, c.minibatch_size),
-        train_batch_env_steps=bulk_sync_env_steps,
-        device=DeviceSpec(prepare=device_batch),
-        flow=on_policy_flow(train_flow),
+        learner=LearnerHooks(sgd=lambda c: (c.num_epochs, c.minibatch_size), train_batch_env_steps=bulk_sync_env_steps),
+        run=RunHooks(device=DeviceSpec(prepare=device_batch), flow=on_policy_flow(train_flow)),
     )
 )

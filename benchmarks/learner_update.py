@@ -89,7 +89,7 @@ def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
     policy, learner = build_learner(config, spec)
     xla_policy = dataclasses.replace(policy, network=policy.network.clone(conv=jax.lax.conv_general_dilated))
     _, xla_learner = build_learner(config, spec, policy=xla_policy)
-    num_epochs, minibatch_size = spec.sgd(config)
+    num_epochs, minibatch_size = spec.learner.sgd(config)
     loss_fn = functools.partial(spec.loss, policy=xla_policy, config=config)
     scan = jax.jit(
         functools.partial(

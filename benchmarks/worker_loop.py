@@ -93,7 +93,9 @@ def build_worker(args: argparse.Namespace, variant: dict[str, Any], num_outputs:
     spec = get_algorithm(args.algo)
     config = spec.config_cls(**{**base_config(args), **variant})
     policy, learner = build_learner(config, spec)
-    worker = RolloutWorker(WorkerSpec(config, policy, spec.postprocess, None, spec.encode, spec.explore), 0)
+    worker = RolloutWorker(
+        WorkerSpec(config, policy, spec.postprocess, None, spec.workers.encode, spec.workers.explore), 0
+    )
     worker.set_weights(learner.get_weights(), 0)
     worker.sample()  # compiles
     if args.policy == "free":

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 _NAMES_BY_PART: dict[str, str] = {
     "jaxflow.api": (
-        "Algorithm AlgorithmSpec CheckpointError get_algorithm list_algorithms Program RayProgram "
-        "register_algorithm train"
+        "Algorithm AlgorithmSpec CheckpointError get_algorithm LearnerHooks list_algorithms Program RayProgram "
+        "register_algorithm RunHooks train WorkerHooks"
     ),
     "jaxflow.config": "CommonConfig ConfigError NON_NEGATIVE param POSITIVE require UNIT",
     "jaxflow.dataflow": (
@@ -77,6 +77,7 @@ __all__ = [
     "FlowContext",
     "HostPostprocess",
     "Learner",
+    "LearnerHooks",
     "LearnerThread",
     "LearnerThreadError",
     "LocalIterator",
@@ -102,6 +103,7 @@ __all__ = [
     "ReplaySource",
     "ReportMetrics",
     "RolloutWorker",
+    "RunHooks",
     "SampleBatch",
     "SampleTiming",
     "SelectExperiences",
@@ -117,6 +119,7 @@ __all__ = [
     "UpdateWorkerWeights",
     "WorkerCrashedError",
     "WorkerError",
+    "WorkerHooks",
     "WorkerSet",
     "WorkerSpec",
     "bulk_sync_env_steps",
@@ -162,8 +165,11 @@ if TYPE_CHECKING:
         Algorithm,
         AlgorithmSpec,
         CheckpointError,
+        LearnerHooks,
         Program,
         RayProgram,
+        RunHooks,
+        WorkerHooks,
         get_algorithm,
         list_algorithms,
         register_algorithm,

@@ -9,7 +9,7 @@ A folder of named parts (Acme-style): ``config``, ``acting`` (exploration), ``le
 
 from __future__ import annotations
 
-from jaxflow import AlgorithmSpec, DeviceSpec, register_algorithm
+from jaxflow import AlgorithmSpec, DeviceSpec, LearnerHooks, RunHooks, WorkerHooks, register_algorithm
 from jaxflow.algorithms.dqn.acting import epsilon, epsilon_greedy, epsilon_schedule, explore, explore_on_device
 from jaxflow.algorithms.dqn.config import DQNConfig
 from jaxflow.algorithms.dqn.learning import encode, loss, n_step_targets, postprocess, td_errors
@@ -31,14 +31,14 @@ DQN = register_algorithm(
         loss,
         plan,
         postprocess,
-        sgd=lambda c: (1, c.train_batch_size),
         policy=q_policy,
-        target_network=True,
-        replay=make_replay,
-        explore=explore,
-        encode=encode,
-        device=DeviceSpec(act=explore_on_device, prepare=transitions, replay=replay_on_device),
-        flow=multiagent_flow,
+        learner=LearnerHooks(sgd=lambda c: (1, c.train_batch_size), target_network=True),
+        workers=WorkerHooks(explore=explore, encode=encode),
+        run=RunHooks(
+            replay=make_replay,
+            device=DeviceSpec(act=explore_on_device, prepare=transitions, replay=replay_on_device),
+            flow=multiagent_flow,
+        ),
     )
 )
 

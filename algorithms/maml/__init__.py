@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import ray
 
-from jaxflow import AlgorithmSpec, CommonConfig, ReportMetrics, from_actors, from_iterator, register_algorithm
+from jaxflow import AlgorithmSpec, CommonConfig, ReportMetrics, RunHooks, from_actors, from_iterator, register_algorithm
 from jaxflow.algorithms.maml.losses import (
     adapt,
     collect,
@@ -309,4 +309,4 @@ class MAMLProgram:
         self.workers = []
 
 
-MAML = register_algorithm(AlgorithmSpec("MAML", MAMLConfig, loss, plan, program=MAMLProgram))
+MAML = register_algorithm(AlgorithmSpec("MAML", MAMLConfig, loss, plan, run=RunHooks(program=MAMLProgram)))

@@ -9,7 +9,7 @@ fragments.
 
 from __future__ import annotations
 
-from jaxflow import AlgorithmSpec, Concurrently, ParallelRollouts, ReportMetrics, register_algorithm
+from jaxflow import AlgorithmSpec, Concurrently, ParallelRollouts, ReportMetrics, RunHooks, register_algorithm
 from jaxflow.algorithms.multiagent.config import MultiAgentConfig, load_multiagent_config
 from jaxflow.algorithms.multiagent.program import MultiAgentProgram
 from jaxflow.ops.multiagent_ops import SelectExperiences, round_robin_weights
@@ -23,7 +23,7 @@ def plan(workers, policies, config: MultiAgentConfig):
     flows = [
         flow
         for stream, (pid, p) in zip(streams, policies.items())
-        for flow in p.spec.flow(stream.for_each(SelectExperiences([pid], config.metrics_num_episodes)), p)
+        for flow in p.spec.run.flow(stream.for_each(SelectExperiences([pid], config.metrics_num_episodes)), p)
     ]
     # (3) round robin, each sub-flow weighted by its outputs per round so all keep pace with sampling
     train = Concurrently(
@@ -33,7 +33,7 @@ def plan(workers, policies, config: MultiAgentConfig):
 
 
 MULTIAGENT = register_algorithm(
-    AlgorithmSpec("MULTIAGENT", MultiAgentConfig, loss=None, plan=plan, program=MultiAgentProgram)
+    AlgorithmSpec("MULTIAGENT", MultiAgentConfig, loss=None, plan=plan, run=RunHooks(program=MultiAgentProgram))
 )
 
 __all__ = ["MULTIAGENT", "MultiAgentConfig", "MultiAgentProgram", "load_multiagent_config", "plan"]

@@ -86,7 +86,7 @@ class MultiAgentConfig:
     def policy_spec(self, pid: str) -> Any:
         spec = get_algorithm(self.policies[pid]["algorithm"])
         require(
-            spec.flow is not None,
+            spec.run.flow is not None,
             f"MultiAgentConfig.policies[{pid!r}]: {spec.name} cannot train a policy of a "
             f"multi-agent run (algorithms that can: {', '.join(multiagent_algorithms())}).",
         )

@@ -72,7 +72,7 @@ class MultiAgentProgram:
             )
             self.policy[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(config.env, *spaces[0]))
             worker_specs[pid] = WorkerSpec(
-                pconfig, self.policy[pid], pspec.postprocess, None, pspec.encode, pspec.explore
+                pconfig, self.policy[pid], pspec.postprocess, None, pspec.workers.encode, pspec.workers.explore
             )
             steps[pid] = (
                 max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length * len(own)
@@ -80,8 +80,8 @@ class MultiAgentProgram:
         probe.close()
         init_ray()
         for pid, pspec in pspecs.items():
-            if pspec.replay is not None:
-                replays[pid] = pspec.replay(pconfigs[pid])
+            if pspec.run.replay is not None:
+                replays[pid] = pspec.run.replay(pconfigs[pid])
         self.workers = WorkerSet(
             MultiAgentWorkerSpec(config, worker_specs, dict(config.mapping)),
             {pid: lr.get_weights() for pid, lr in learners.items()},

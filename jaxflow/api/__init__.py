@@ -16,7 +16,7 @@ from jaxflow.api.registry import (
     register_algorithm,
     spec_of,
 )
-from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
 
 __all__ = [
@@ -30,9 +30,12 @@ __all__ = [
     "CheckpointFiles",
     "ConsoleProgress",
     "JsonLinesWriter",
+    "LearnerHooks",
     "Program",
     "RayProgram",
+    "RunHooks",
     "TensorBoardWriter",
+    "WorkerHooks",
     "build_learner",
     "build_program",
     "check_spaces",

@@ -166,7 +166,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from jaxflow.rollout.evaluation import evaluate_policy
 
     ckpt = checkpoint.latest(args.checkpoint)
-    if ckpt is not None and get_algorithm(checkpoint.load_meta(ckpt)["algorithm"]).program is not None:
+    if ckpt is not None and get_algorithm(checkpoint.load_meta(ckpt)["algorithm"]).run.program is not None:
         # A run with its own program (MAML, multi-agent) evaluates itself.
         algo = Algorithm.restore(ckpt)
         try:

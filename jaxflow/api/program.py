@@ -78,14 +78,14 @@ def standard_program(config: Any, spec: AlgorithmSpec, mode: str) -> Program:
 def build_program(config: Any, spec: AlgorithmSpec) -> Program:
     """The program ``config`` runs: the algorithm's own, or the standard one in the mode
     :func:`resolve_mode` chooses."""
-    return (spec.program or standard_program)(config, spec, resolve_mode(config, spec))
+    return (spec.run.program or standard_program)(config, spec, resolve_mode(config, spec))
 
 
 def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
     """``"ray"`` or ``"device"`` for ``config.mode``; "auto" is device mode for a gymnax env
     when the algorithm has one (an algorithm with its own ``program`` decides for itself what
     "auto" means). Raises :class:`ConfigError` for a mode that cannot run."""
-    if spec.program is not None:
+    if spec.run.program is not None:
         return config.mode
     kind = envs.entry(config.env).kind
     if kind == "multiagent":
@@ -94,12 +94,12 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
             "multi-agent config (jaxflow train --multiagent FILE), which maps its agents to policies."
         )
     gymnax_env = kind == "gymnax"
-    can_device = gymnax_env and spec.device is not None
+    can_device = gymnax_env and spec.run.device is not None
     name = type(config).__name__
     if config.mode == "device" and not can_device:
         why = (
             f"{spec.name} has no device mode (algorithms with one: {', '.join(device_algorithms())})"
-            if spec.device is None
+            if spec.run.device is None
             else f"{config.env!r} is not a JAX environment (device mode runs gymnax/<id> envs)"
         )
         raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")

@@ -47,14 +47,14 @@ class RayProgram:
             config,
             self.policy,
             spec.postprocess,
-            spec.loss if spec.gradients_on_workers else None,
-            spec.encode,
-            spec.explore,
+            spec.loss if spec.workers.gradients else None,
+            spec.workers.encode,
+            spec.workers.explore,
         )
         warm_up = self._start_warm_up(worker_spec)
         init_ray()
         self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
-        self.replay = spec.replay(config) if spec.replay else None
+        self.replay = spec.run.replay(config) if spec.run.replay else None
         self.files: CheckpointFiles | None = self.replay  # replay contents go with every checkpoint
         if warm_up is not None:
             warm_up.result()
@@ -64,10 +64,10 @@ class RayProgram:
     def _start_warm_up(self, worker_spec: WorkerSpec) -> concurrent.futures.Future | None:
         # Compiling the update takes seconds; overlapping it with worker start-up takes
         # it out of the first iteration.
-        if self.spec.train_batch_env_steps is None:
+        if self.spec.learner.train_batch_env_steps is None:
             return None
         obs_space, _ = env_spaces(self.config)
-        batch = example_train_batch(worker_spec, obs_space, self.spec.train_batch_env_steps(self.config))
+        batch = example_train_batch(worker_spec, obs_space, self.spec.learner.train_batch_env_steps(self.config))
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-warm-up")
         future = pool.submit(self.learner.warm_up, batch)
         pool.shutdown(wait=False)
@@ -144,7 +144,7 @@ def build_learner(
     obs_space, action_space = spaces or env_spaces(config)
     policy = policy or spec.policy(config, obs_space, action_space)
     params = policy.init(jax.random.PRNGKey(config.seed))
-    num_epochs, minibatch_size = spec.sgd(config)
+    num_epochs, minibatch_size = spec.learner.sgd(config)
     learner = Learner(
         functools.partial(spec.loss, policy=policy, config=config),
         make_optimizer(config.lr, config.max_grad_norm),
@@ -152,7 +152,7 @@ def build_learner(
         seed=config.seed,
         num_epochs=num_epochs,
         minibatch_size=minibatch_size,
-        target_network=spec.target_network,
+        target_network=spec.learner.target_network,
     )
     return policy, learner
 

@@ -73,9 +73,9 @@ def spec_of(config: object) -> AlgorithmSpec:
 
 def device_algorithms() -> list[str]:
     """Names of the algorithms that can train on the device."""
-    return sorted(spec.name for spec in _load_all().values() if spec.device is not None)
+    return sorted(spec.name for spec in _load_all().values() if spec.run.device is not None)
 
 
 def multiagent_algorithms() -> list[str]:
     """Names of the algorithms that can train a policy of a multi-agent run."""
-    return sorted(spec.name for spec in _load_all().values() if spec.flow is not None)
+    return sorted(spec.name for spec in _load_all().values() if spec.run.flow is not None)

@@ -69,9 +69,9 @@ class DeviceProgram:
     """
 
     def __init__(self, config: Any, spec: Any):
-        if spec.device is None:
+        if spec.run.device is None:
             raise ConfigError(f"{spec.name} has no on-device mode; use mode='ray'.")
-        self.config, self.spec, self.device = config, spec, spec.device
+        self.config, self.spec, self.device = config, spec, spec.run.device
         self.env, self.env_params = envs.make(config.env, **config.env_config)
         obs_space = to_gymnasium_space(self.env.observation_space(self.env_params))
         action_space = to_gymnasium_space(self.env.action_space(self.env_params))
@@ -226,7 +226,7 @@ class DeviceProgram:
         cfg = with_hyper(self.config, state.hyper)
         loss_fn = functools.partial(self.spec.loss, policy=self.policy, config=cfg)
         replay_settings = self.device.replay(cfg) if self.device.replay is not None else None
-        num_epochs, minibatch_size = self.spec.sgd(cfg)
+        num_epochs, minibatch_size = self.spec.learner.sgd(cfg)
         inside = functools.partial(jax.lax.with_sharding_constraint, shardings=self._env_sharded)
 
         def iteration(state: AnakinState, _: Any):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxflow import Algorithm, AlgorithmSpec, Context, ReportMetrics, from_iterator, register_algorithm
+from jaxflow import Algorithm, AlgorithmSpec, Context, ReportMetrics, RunHooks, from_iterator, register_algorithm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,9 @@ class CounterProgram:
             self.log = [int(x) for x in f.read().split(",")]
 
 
-COUNTER = register_algorithm(AlgorithmSpec("TOYCOUNTER", CounterConfig, loss=None, plan=None, program=CounterProgram))
+COUNTER = register_algorithm(
+    AlgorithmSpec("TOYCOUNTER", CounterConfig, loss=None, plan=None, run=RunHooks(program=CounterProgram))
+)
 
 
 def test_a_toy_program_trains_checkpoints_and_resumes_through_algorithm(tmp_path):
