@@ -27,6 +27,7 @@ from jaxflow import (
     TrainOneStep,
     register_algorithm,
 )
+from jaxflow.config import OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps
@@ -41,12 +42,12 @@ class A2CConfig(CommonConfig):
 
     on_policy = True
 
-    rollout_fragment_length: int = param(16, POSITIVE)
-    """Time steps T per fragment."""
+    rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=16))
+    """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); A2C's fragments are 16 steps."""
     train_batch_size: int = param(256, POSITIVE)
     """Env steps per gradient step; fragments are joined until there are at least this many."""
-    lr: float = param(2e-3, POSITIVE)
-    """Adam learning rate."""
+    optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=2e-3))
+    """Adam (see :class:`~jaxflow.config.OptimizerConfig`); A2C's learning rate is 2e-3."""
     gae_lambda: float = param(0.95, UNIT)
     """GAE's lambda (1 gives n-step returns)."""
     vf_coef: float = param(0.5, NON_NEGATIVE)
@@ -57,8 +58,9 @@ class A2CConfig(CommonConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(
-            self.train_batch_size >= self.rollout_fragment_length,
-            f"train_batch_size ({self.train_batch_size}) must be >= rollout_fragment_length ({self.rollout_fragment_length}).",
+            self.train_batch_size >= self.rollout.rollout_fragment_length,
+            f"train_batch_size ({self.train_batch_size}) must be >= rollout_fragment_length "
+            f"({self.rollout.rollout_fragment_length}).",
         )
 
 

@@ -19,7 +19,8 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.algorithms.a2c import loss, postprocess
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param
+from jaxflow.config import OptimizerConfig, RolloutConfig
+from jaxflow.config.fields import NON_NEGATIVE, UNIT, param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,10 +29,10 @@ class A3CConfig(CommonConfig):
 
     on_policy = True
 
-    rollout_fragment_length: int = param(16, POSITIVE)
-    """Time steps T per fragment; one gradient per fragment."""
-    lr: float = param(1e-3, POSITIVE)
-    """Adam learning rate."""
+    rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=16))
+    """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); 16-step fragments, one gradient each."""
+    optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3))
+    """Adam (see :class:`~jaxflow.config.OptimizerConfig`); A3C's learning rate is 1e-3."""
     gae_lambda: float = param(0.95, UNIT)
     """GAE's lambda."""
     vf_coef: float = param(0.5, NON_NEGATIVE)

@@ -27,6 +27,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.algorithms.dqn import DQN, DQNConfig, beta_schedule, epsilon_greedy, make_replay
+from jaxflow.config import RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
 
@@ -35,8 +36,9 @@ from jaxflow.learn.to_device import ToDevice
 class APEXConfig(DQNConfig):
     """Ape-X settings: DQN's, plus the actors', the replay shards' and the learner thread's."""
 
-    num_workers: int = param(2, POSITIVE)
-    """Actors (rollout workers), each with its own exploration rate."""
+    rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=2, rollout_fragment_length=16))
+    """Actors (see :class:`~jaxflow.config.RolloutConfig`), each with its own exploration rate;
+    Ape-X has two by default (at least one), with DQN's 16-step fragments."""
     num_replay_shards: int = param(2, POSITIVE)
     """Replay shard actors; each fragment goes to one chosen at random."""
     buffer_size: int = param(100_000, POSITIVE)
@@ -71,7 +73,7 @@ class APEXConfig(DQNConfig):
             self.replay_batch_size % self.train_batch_size == 0,
             f"replay_batch_size ({self.replay_batch_size}) must be a multiple of train_batch_size ({self.train_batch_size}).",
         )
-        require(self.num_workers >= 1, "APEXConfig.num_workers must be >= 1: its actors are Ray actors.")
+        require(self.rollout.num_workers >= 1, "APEXConfig.num_workers must be >= 1: its actors are Ray actors.")
         require(
             self.samples_per_insert is None or self.samples_per_insert > 0,
             f"APEXConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.",
@@ -81,7 +83,7 @@ class APEXConfig(DQNConfig):
 def worker_epsilon(config: APEXConfig, worker_index: int) -> float:
     """Ape-X's fixed per-actor exploration rates ``eps_i = eps^(1 + alpha i / (N - 1))``
     (Horgan et al., 2018, Section 4.1); a single actor uses ``eps``."""
-    n = config.num_workers
+    n = config.rollout.num_workers
     exponent = 1.0 + (config.worker_epsilon_alpha * worker_index / (n - 1) if n > 1 else 0.0)
     return config.worker_epsilon_base**exponent
 
@@ -95,7 +97,7 @@ def explore(
 def make_limited_replay(config: APEXConfig) -> Any:
     # The slack admits one actor's fragment after a full batch, so some call can always proceed.
     r = config.samples_per_insert
-    fragment = config.num_envs_per_worker * config.rollout_fragment_length
+    fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
     slack = 0.0 if r is None else r * fragment + config.replay_batch_size
     return make_replay(config, r, slack)
 

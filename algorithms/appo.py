@@ -34,7 +34,7 @@ class APPOConfig(IMPALAConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        sequences = -(-self.train_batch_size // self.rollout_fragment_length)
+        sequences = -(-self.train_batch_size // self.rollout.rollout_fragment_length)
         require(
             self.minibatch_sequences <= sequences,
             f"minibatch_sequences ({self.minibatch_sequences}) must be <= the {sequences} sequences of a train batch.",

@@ -29,6 +29,7 @@ from jaxflow import (
     WorkerHooks,
     register_algorithm,
 )
+from jaxflow.config import OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
 from jaxflow.policies import Policy
@@ -42,12 +43,12 @@ Array = jax.Array
 class IMPALAConfig(CommonConfig):
     """IMPALA settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
-    rollout_fragment_length: int = param(32, POSITIVE)
-    """Time steps T per actor fragment (V-trace runs over the fragment)."""
+    rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
+    """Actors (see :class:`~jaxflow.config.RolloutConfig`); 32-step fragments, over which V-trace runs."""
     train_batch_size: int = param(512, POSITIVE)
     """Env steps per learner update; fragments are joined until there are at least this many."""
-    lr: float = param(1e-3, POSITIVE)
-    """Adam learning rate."""
+    optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3))
+    """Adam (see :class:`~jaxflow.config.OptimizerConfig`); IMPALA's learning rate is 1e-3."""
     vtrace_lambda: float = param(1.0, UNIT)
     """V-trace's lambda (1 is the paper's setting)."""
     clip_rho_threshold: float = param(1.0, POSITIVE)
@@ -75,7 +76,9 @@ class IMPALAConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.num_workers >= 1, f"{type(self).__name__}.num_workers must be >= 1: the actors are Ray actors.")
+        require(
+            self.rollout.num_workers >= 1, f"{type(self).__name__}.num_workers must be >= 1: the actors are Ray actors."
+        )
 
 
 def vtrace(

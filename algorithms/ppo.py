@@ -29,6 +29,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.algorithms.a2c import postprocess
+from jaxflow.config import OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.envs import GYMNAX_PREFIX
 from jaxflow.ondevice.spec import flat_batch
@@ -45,18 +46,18 @@ class PPOConfig(CommonConfig):
 
     on_policy = True
 
-    num_envs_per_worker: int = param(16, POSITIVE)
-    """Environments stepped in lockstep by each worker; more amortise the per-step policy call."""
-    rollout_fragment_length: int = param(32, POSITIVE)
-    """Time steps T per fragment."""
+    rollout: RolloutConfig = param(
+        None, factory=lambda: RolloutConfig(num_envs_per_worker=16, rollout_fragment_length=32)
+    )
+    """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); PPO's step 16 envs each, 32-step fragments."""
     train_batch_size: int = param(1024, POSITIVE)
     """Env steps per training iteration; fragments are joined until there are at least this many."""
     minibatch_size: int = param(256, POSITIVE)
     """Samples per SGD step."""
     num_epochs: int = param(8, POSITIVE)
     """Passes over each train batch."""
-    lr: float = param(1e-3, POSITIVE)
-    """Adam learning rate."""
+    optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3))
+    """Adam (see :class:`~jaxflow.config.OptimizerConfig`); PPO's learning rate is 1e-3."""
     clip_eps: float = param(0.2, POSITIVE)
     """Clipping of the probability ratio, epsilon in the paper; must be > 0."""
     vf_clip: float = param(0.0, NON_NEGATIVE)

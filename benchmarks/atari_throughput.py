@@ -38,6 +38,7 @@ from common import (
 )
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
+from jaxflow.config import make_config
 from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("atari_throughput")
@@ -54,7 +55,7 @@ class Stepper:
 
     def __init__(self, algo: str, config: dict[str, Any], seed: int, with_policy: bool):
         spec = get_algorithm(algo)
-        cfg = spec.config_cls(**config)
+        cfg = make_config(spec.config_cls, **config)
         self.venv = make_vector_envs(cfg, seed, num_groups=1)[0]
         self.obs = self.venv.reset()
         self.rng = np.random.default_rng(seed)

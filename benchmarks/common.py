@@ -79,7 +79,7 @@ def parse_sets(parser: Any, config_cls: type, items: Sequence[str], flags: dict[
     """``--set FIELD=VALUE`` items as typed config overrides, checked before anything starts:
     a malformed item, an unknown field or a bad value ends the script with ``parser.error``,
     and so does a field in ``flags`` (field -> the script's own flag that sets it)."""
-    from jaxflow.config.fields import ConfigError, parse_value
+    from jaxflow.config import ConfigError, parse_value
 
     overrides = {}
     for item in items:
@@ -103,7 +103,7 @@ def parse_variants(
     ``{}``: the configs a script measures in turn in one run. Each item is parsed as ``--set``
     is, and the config it makes of ``base`` (the script's whole base config) is built, so a
     bad combination also ends the script with ``parser.error`` before anything starts."""
-    from jaxflow.config.fields import ConfigError
+    from jaxflow.config import ConfigError, make_config
 
     variants = [parse_sets(parser, config_cls, item.split(), flags) for item in items]
     if any(not v for v in variants):
@@ -111,10 +111,20 @@ def parse_variants(
     variants = [{}] + variants
     for variant in variants:
         try:
-            config_cls(**{**base, **variant})
+            make_config(config_cls, **{**base, **variant})
         except ConfigError as error:
             parser.error(f"{variant_name(variant)}: {error}")
     return variants
+
+
+def without(config: dict[str, Any], *names: str) -> dict[str, Any]:
+    """A config's JSON dict (see ``to_json_dict``) less the fields ``names``: top-level or
+    dotted (``"rollout.num_workers"``), for reports that state what varies per run separately."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for name in names:
+        group, _, leaf = name.rpartition(".")
+        (out[group] if group else out).pop(leaf)
+    return out
 
 
 def variant_name(variant: dict[str, Any]) -> str:

@@ -25,11 +25,12 @@ from common import (
     median_of_reached,
     ratio,
     run_to_target,
+    without,
     write_report,
 )
 
 from jaxflow import Algorithm, get_algorithm
-from jaxflow.config.fields import to_json_dict
+from jaxflow.config import to_json_dict
 from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("dqn_cartpole")
@@ -366,14 +367,12 @@ def main(argv: list[str] | None = None) -> None:
         "args": {k: v for k, v in vars(args).items() if k != "out_dir"},
         "machine": machine,
         # seed varies per run; the rest is the default config (Ape-X: num_workers per run, 2 shards).
-        "dqn_config": {k: v for k, v in to_json_dict(get_algorithm("DQN").config_cls(env=ENV)).items() if k != "seed"},
-        "apex_config": {
-            k: v
-            for k, v in to_json_dict(
-                get_algorithm("APEX").config_cls(env=ENV, num_replay_shards=APEX_REPLAY_SHARDS)
-            ).items()
-            if k not in ("seed", "num_workers")
-        },
+        "dqn_config": without(to_json_dict(get_algorithm("DQN").config_cls(env=ENV)), "seed"),
+        "apex_config": without(
+            to_json_dict(get_algorithm("APEX").config_cls(env=ENV, num_replay_shards=APEX_REPLAY_SHARDS)),
+            "seed",
+            "rollout.num_workers",
+        ),
         "baseline_quoted_not_measured": {
             "source": "RLlib DQN on CartPole-v1 on the same kind of 2-core machine",
             "time_to_target_s": RLLIB_QUOTED_TIME_TO_TARGET_S,

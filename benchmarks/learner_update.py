@@ -42,7 +42,7 @@ OBS = (4, 84, 84)
 
 def impala_batch(rng: np.random.Generator, config: Any) -> dict[str, np.ndarray]:
     """A batch-major IMPALA train batch: ``train_batch_size`` steps in sequences of T."""
-    T = config.rollout_fragment_length
+    T = config.rollout.rollout_fragment_length
     B = config.train_batch_size // T
     return {
         "obs": rng.integers(0, 256, (B, T) + OBS, dtype=np.uint8),
@@ -93,7 +93,11 @@ def measure(name: str, repeats: int, seed: int) -> dict[str, Any]:
     loss_fn = functools.partial(spec.loss, policy=xla_policy, config=config)
     scan = jax.jit(
         functools.partial(
-            sgd_update, loss_fn, make_optimizer(config.lr, config.max_grad_norm), num_epochs, minibatch_size
+            sgd_update,
+            loss_fn,
+            make_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm),
+            num_epochs,
+            minibatch_size,
         )
     )
     batch = make_batch(np.random.default_rng(seed), config)

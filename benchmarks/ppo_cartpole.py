@@ -26,11 +26,12 @@ from common import (
     median_of_measured,
     median_of_reached,
     run_to_target,
+    without,
     write_report,
 )
 
 from jaxflow import Algorithm, get_algorithm
-from jaxflow.config.fields import to_json_dict
+from jaxflow.config import to_json_dict
 from jaxflow.learn.learner import Learner
 from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
 from jaxflow.rollout.batch import SampleBatch, concat_batches, flatten_time_major
@@ -361,11 +362,7 @@ def main(argv: list[str] | None = None) -> None:
         "args": {k: v for k, v in vars(args).items() if k != "out_dir"},
         "machine": machine,
         # num_workers and seed vary per run (see "runs"); the rest is PPO's default config.
-        "ppo_config": {
-            k: v
-            for k, v in to_json_dict(get_algorithm("PPO").config_cls(env=ENV)).items()
-            if k not in ("num_workers", "seed")
-        },
+        "ppo_config": without(to_json_dict(get_algorithm("PPO").config_cls(env=ENV)), "seed", "rollout.num_workers"),
         "baseline_quoted_not_measured": {
             "source": "RLlib PPO on the same 2-core machine and config",
             "env_steps_per_s": RLLIB_QUOTED_STEPS_PER_S,

@@ -23,6 +23,7 @@ from common import fmt, logger, machine_info, parse_sets, parse_variants, varian
 
 from jaxflow import RolloutWorker, WorkerSpec, get_algorithm, make_vector_envs
 from jaxflow.api.ray_program import build_learner
+from jaxflow.config import make_config
 
 log = logger("worker_loop")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -91,7 +92,7 @@ def base_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_worker(args: argparse.Namespace, variant: dict[str, Any], num_outputs: int) -> RolloutWorker:
     spec = get_algorithm(args.algo)
-    config = spec.config_cls(**{**base_config(args), **variant})
+    config = make_config(spec.config_cls, **{**base_config(args), **variant})
     policy, learner = build_learner(config, spec)
     worker = RolloutWorker(
         WorkerSpec(config, policy, spec.postprocess, None, spec.workers.encode, spec.workers.explore), 0
@@ -105,7 +106,7 @@ def build_worker(args: argparse.Namespace, variant: dict[str, Any], num_outputs:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    config = get_algorithm(args.algo).config_cls(**base_config(args))
+    config = make_config(get_algorithm(args.algo).config_cls, **base_config(args))
     raw_env = make_vector_envs(config, args.seed + 999, num_groups=1)[0]
     raw_env.reset()
     workers: list[RolloutWorker] = []
@@ -133,7 +134,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"worker {frames:,.0f} frames/s ({frames / raw:.0%})"
                 )
                 # A sample_async thread is a fragment ahead: let it finish before the next phase.
-                time.sleep(2.0 * args.envs * workers[v].config.rollout_fragment_length * FRAME_SKIP / frames)
+                time.sleep(2.0 * args.envs * workers[v].config.rollout.rollout_fragment_length * FRAME_SKIP / frames)
             repeats.append([measured[v] for v in range(len(workers))])
     finally:
         for worker in workers:
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             policy=args.policy,
             latency_ms=args.latency_ms,
             overrides=args.overrides,
-            fragment_length=config.rollout_fragment_length,
+            fragment_length=config.rollout.rollout_fragment_length,
         ),
         variants=[
             dict(
@@ -230,7 +231,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.overrides = parse_sets(p, config_cls, args.set, FLAG_FIELDS)
     args.variants = parse_variants(p, config_cls, args.variant, FLAG_FIELDS, base_config(args))
     for variant in args.variants:
-        groups = config_cls(**{**base_config(args), **variant}).num_env_groups
+        groups = make_config(config_cls, **{**base_config(args), **variant}).rollout.num_env_groups
         if groups > 1 and args.threads < (os.cpu_count() or 1):
             log(
                 f"caution [{variant_name(variant)}]: {groups} groups of {args.threads} emulator threads may step at once, "

@@ -17,7 +17,10 @@ _NAMES_BY_PART: dict[str, str] = {
         "Algorithm AlgorithmSpec CheckpointError get_algorithm LearnerHooks list_algorithms Program RayProgram "
         "register_algorithm RunHooks train WorkerHooks"
     ),
-    "jaxflow.config": "CommonConfig ConfigError NON_NEGATIVE param POSITIVE require UNIT",
+    "jaxflow.config": (
+        "CommonConfig ConfigError DeviceConfig make_config NON_NEGATIVE OptimizerConfig param POSITIVE "
+        "replace_config require RolloutConfig UNIT"
+    ),
     "jaxflow.dataflow": (
         "ActorPool BackpressureError Concurrently FlowContext from_actors from_items from_iterator jax_actor "
         "LocalIterator NOT_READY Operator ParallelIterator Producer ProducerError WorkerError"
@@ -70,6 +73,7 @@ __all__ = [
     "CountPolicyUpdates",
     "Dequeue",
     "DeviceBatch",
+    "DeviceConfig",
     "DeviceProgram",
     "DeviceReplay",
     "DeviceSpec",
@@ -87,6 +91,7 @@ __all__ = [
     "MultiAgentRolloutWorker",
     "OnDevice",
     "Operator",
+    "OptimizerConfig",
     "ParallelIterator",
     "ParallelReplay",
     "ParallelRollouts",
@@ -102,6 +107,7 @@ __all__ = [
     "ReplayShards",
     "ReplaySource",
     "ReportMetrics",
+    "RolloutConfig",
     "RolloutWorker",
     "RunHooks",
     "SampleBatch",
@@ -133,12 +139,14 @@ __all__ = [
     "get_algorithm",
     "jax_actor",
     "list_algorithms",
+    "make_config",
     "make_optimizer",
     "make_vector_envs",
     "on_policy_flow",
     "param",
     "q_network",
     "register_algorithm",
+    "replace_config",
     "require",
     "round_robin_weights",
     "standardize_fields",
@@ -175,7 +183,20 @@ if TYPE_CHECKING:
         register_algorithm,
         train,
     )
-    from jaxflow.config import NON_NEGATIVE, POSITIVE, UNIT, CommonConfig, ConfigError, param, require
+    from jaxflow.config import (
+        NON_NEGATIVE,
+        POSITIVE,
+        UNIT,
+        CommonConfig,
+        ConfigError,
+        DeviceConfig,
+        OptimizerConfig,
+        RolloutConfig,
+        make_config,
+        param,
+        replace_config,
+        require,
+    )
     from jaxflow.dataflow import (
         NOT_READY,
         ActorPool,

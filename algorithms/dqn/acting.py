@@ -20,7 +20,7 @@ def epsilon_schedule(config: DQNConfig) -> optax.Schedule:
 def epsilon(config: DQNConfig, worker_index: int, env_steps: int) -> float:
     """The rate for a Ray worker, whose env steps of all workers are estimated as its own
     times the number of workers (they sample at about the same rate)."""
-    return float(epsilon_schedule(config)(env_steps * max(1, config.num_workers)))
+    return float(epsilon_schedule(config)(env_steps * max(1, config.rollout.num_workers)))
 
 
 def epsilon_greedy(rng: np.random.Generator, q: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:

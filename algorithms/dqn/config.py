@@ -7,6 +7,7 @@ import dataclasses
 from jaxflow import (
     CommonConfig,
 )
+from jaxflow.config import OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 
 
@@ -14,16 +15,11 @@ from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 class DQNConfig(CommonConfig):
     """DQN settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
-    num_workers: int = param(1, NON_NEGATIVE)
-    """Rollout workers (0 samples in the driver)."""
-    num_envs_per_worker: int = param(8, POSITIVE)
-    """Environments each worker steps together."""
-    rollout_fragment_length: int = param(16, POSITIVE)
-    """Time steps T each worker samples between two replay rounds."""
-    lr: float = param(1e-3, POSITIVE)
-    """Adam learning rate."""
-    max_grad_norm: float = param(10.0, POSITIVE)
-    """Gradient clipping by global norm."""
+    rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=1, rollout_fragment_length=16))
+    """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); DQN's one worker samples
+    16 steps per env between two replay rounds."""
+    optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
+    """Adam (see :class:`~jaxflow.config.OptimizerConfig`); DQN's learning rate is 1e-3, gradients clipped to 10."""
     hidden_sizes: tuple[int, ...] = (128, 128)
     """Widths of the Q-network's hidden ReLU layers."""
     train_batch_size: int = param(64, POSITIVE)
@@ -72,8 +68,9 @@ class DQNConfig(CommonConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(
-            self.n_step < self.rollout_fragment_length or self.n_step == 1,
-            f"n_step ({self.n_step}) must be smaller than rollout_fragment_length ({self.rollout_fragment_length}).",
+            self.n_step < self.rollout.rollout_fragment_length or self.n_step == 1,
+            f"n_step ({self.n_step}) must be smaller than rollout_fragment_length "
+            f"({self.rollout.rollout_fragment_length}).",
         )
         require(
             self.buffer_size >= self.num_replay_shards * max(self.learning_starts, self.train_batch_size),

@@ -30,7 +30,7 @@ def make_replay(config: Any, samples_per_insert: float | None = None, error_buff
         samples_per_insert=samples_per_insert,
         min_size_to_sample=max(1, config.learning_starts),
         error_buffer=error_buffer,
-        on_failure="restart" if config.on_worker_failure == "restart" else "raise",
+        on_failure="restart" if config.rollout.on_worker_failure == "restart" else "raise",
     )
 
 
@@ -52,7 +52,7 @@ def beta_schedule(learner: Any, config: Any) -> Any:
 
 def sgd_steps_per_fragment(config: DQNConfig) -> int:
     """SGD steps after each stored fragment, so that ``samples_per_insert`` holds on average."""
-    fragment = config.num_envs_per_worker * config.rollout_fragment_length
+    fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
     return max(1, round(fragment * config.samples_per_insert / config.train_batch_size))
 
 

@@ -46,6 +46,7 @@ from jaxflow.algorithms.maml.losses import (
     shard_key,
 )
 from jaxflow.api.ray_program import init_ray
+from jaxflow.config import OptimizerConfig
 from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.config.fields import POSITIVE, ConfigError, param, require
 from jaxflow.dataflow.iterators import LocalIterator, Operator
@@ -97,12 +98,10 @@ class MAMLConfig(CommonConfig):
     """Step size alpha of the inner SGD steps."""
     inner_steps: int = param(1, POSITIVE)
     """Inner gradient steps, all on the pre-adaptation episodes."""
-    lr: float = param(1e-3, POSITIVE)
-    """Adam learning rate beta of the meta-update."""
-    max_grad_norm: float = param(10.0, POSITIVE)
-    """The meta-gradient is clipped to this global norm."""
-    iterations_per_call: int = param(10, POSITIVE)
-    """Device mode: meta-iterations compiled into one call (one result per call)."""
+    optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
+    """The meta-update's Adam (see :class:`~jaxflow.config.OptimizerConfig`): learning rate beta
+    1e-3, the meta-gradient clipped to global norm 10. In device mode ``iterations_per_call``
+    counts meta-iterations (one result per call)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,14 +114,14 @@ class MAMLConfig(CommonConfig):
             raise ConfigError(f"{name}.env_config {self.env_config!r} does not fit {self.env!r}: {e}") from e
         require(self.episodes_per_task >= 2, f"{name}.episodes_per_task must be >= 2, got {self.episodes_per_task}.")
         require(
-            self.num_seeds == 1 and not self.sweep,
+            self.device.num_seeds == 1 and not self.device.sweep,
             f"{name}: MAML trains one agent; num_seeds and sweep are not supported.",
         )
         if self.mode == "ray":
             require(
-                self.num_workers >= 1 and self.meta_batch_size % self.num_workers == 0,
+                self.rollout.num_workers >= 1 and self.meta_batch_size % self.rollout.num_workers == 0,
                 f"{name}: in Ray mode meta_batch_size ({self.meta_batch_size}) must be a multiple of "
-                f"num_workers ({self.num_workers}, at least 1).",
+                f"num_workers ({self.rollout.num_workers}, at least 1).",
             )
 
 
@@ -144,7 +143,7 @@ class MAMLWorker:
     ``meta_batch_size / num_workers`` tasks, adapted to locally."""
 
     def __init__(self, config: MAMLConfig, policy: Policy, index: int):
-        self.index, self._num_tasks = index, config.meta_batch_size // config.num_workers
+        self.index, self._num_tasks = index, config.meta_batch_size // config.rollout.num_workers
         self._collect = collect_jit(make_task_distribution(config.env, **config.env_config), policy.apply, config)
         self._params: Any = None
         self._key: Array | None = None
@@ -195,7 +194,11 @@ class BroadcastMetaParams(Operator):
 def plan(workers: list[Any], program: MAMLProgram, config: MAMLConfig) -> LocalIterator[dict[str, Any]]:
     """Ray mode's dataflow (built by :class:`MAMLProgram`, not by the Algorithm's learner path)."""
     # (1) a round: each worker draws its tasks, samples with theta, adapts per task, samples with theta'
-    rounds = from_actors(workers, "sample", program.context, config.worker_timeout_s).gather_sync().batch(len(workers))
+    rounds = (
+        from_actors(workers, "sample", program.context, config.rollout.worker_timeout_s)
+        .gather_sync()
+        .batch(len(workers))
+    )
     # (2) the meta-gradient through the inner step on the driver, then theta to every worker
     train = rounds.for_each(MetaUpdate(program)).for_each(BroadcastMetaParams(program))
     return ReportMetrics(train, None, config.min_env_steps_per_iteration)
@@ -216,7 +219,7 @@ class MAMLProgram:
         self.policy = spec.policy(config, obs_space, gymnasium.spaces.Discrete(self.dist.num_actions))
         assert spec.loss is not None, "MAML's spec carries its meta-loss"
         self._loss = functools.partial(spec.loss, apply_fn=self.policy.apply, config=config)
-        self._optimizer = make_optimizer(config.lr, config.max_grad_norm)
+        self._optimizer = make_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm)
         key = jax.random.PRNGKey(config.seed)
         params = self.policy.init(key)
         train = TrainState.create(params, self._optimizer, key)
@@ -231,8 +234,8 @@ class MAMLProgram:
         if self.mode == "ray":
             init_ray()
             self.workers = [
-                jax_actor(MAMLWorker, num_cpus=config.num_cpus_per_worker).remote(config, self.policy, i)
-                for i in range(config.num_workers)
+                jax_actor(MAMLWorker, num_cpus=config.rollout.num_cpus_per_worker).remote(config, self.policy, i)
+                for i in range(config.rollout.num_workers)
             ]
             self.broadcast()
         else:
@@ -248,7 +251,7 @@ class MAMLProgram:
             train, out = meta_update(self._loss, self._optimizer, state.train, batch)
             return state._replace(train=train, iteration=state.iteration + 1), out
 
-        return jax.lax.scan(iteration, state, None, length=self.config.iterations_per_call)
+        return jax.lax.scan(iteration, state, None, length=self.config.device.iterations_per_call)
 
     def update(self, batch: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Ray mode: one meta-update on a collected meta-batch."""
@@ -281,7 +284,9 @@ class MAMLProgram:
                 yield out
 
         source = from_iterator(gen, self.context, "MAML")
-        return ReportMetrics(source, None, self.config.min_env_steps_per_iteration, self.config.iterations_per_call)
+        return ReportMetrics(
+            source, None, self.config.min_env_steps_per_iteration, self.config.device.iterations_per_call
+        )
 
     def get_state(self) -> MAMLState:
         return jax.device_get(self.state)

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from jaxflow import envs
 from jaxflow.api.registry import get_algorithm, multiagent_algorithms
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, ConfigError, load_config_file, param, require, validate
+from jaxflow.config import (
+    NON_NEGATIVE,
+    POSITIVE,
+    ConfigError,
+    RolloutConfig,
+    load_config_file,
+    make_config,
+    param,
+    require,
+    resolve,
+    validate,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,34 +32,26 @@ class MultiAgentConfig:
          "policies": {"ppo": {"algorithm": "PPO", "config": {"lr": 0.001}},
                       "dqn": {"algorithm": "DQN"}},
          "mapping": {"agent_0": "ppo", "agent_1": "dqn"}}
+
+    The rollout settings may be given flat (``"num_workers": 2``), dotted or as a nested
+    ``"rollout"`` object.
     """
 
     policies: dict = param(None, factory=dict)
-    """Policy id -> {"algorithm": name, "config": {field: value}}; the fields override the
-    algorithm's defaults (worker-level fields below are shared and cannot be set per policy)."""
+    """Policy id -> {"algorithm": name, "config": {field: value}}; the fields (flat or dotted
+    names) override the algorithm's defaults (the worker-level fields below are shared and
+    cannot be set per policy)."""
     mapping: dict = param(None, factory=dict)
     """Agent id -> policy id, for every agent of the environment."""
     env: str = "multiagent/Coordination-v0"
     """A multi-agent environment id (see `jaxflow list`)."""
     env_config: dict = param(None, factory=dict)
     """Keyword arguments for the environment's constructor."""
-    num_workers: int = param(2, NON_NEGATIVE)
-    """Ray rollout worker actors; 0 samples in the driver process."""
-    num_envs_per_worker: int = param(8, POSITIVE)
-    """Environments each worker steps in lockstep."""
-    rollout_fragment_length: int = param(32, POSITIVE)
-    """Time steps T per fragment."""
     seed: int = param(0, NON_NEGATIVE)
     """Seeds every policy's parameters and every environment copy."""
-    on_worker_failure: Literal["raise", "ignore", "restart"] = "raise"
-    """What a dead rollout worker does to the run."""
-    worker_timeout_s: float = param(120.0, POSITIVE)
-    """A worker silent for this long is treated as dead."""
-    num_cpus_per_worker: float = param(1.0, NON_NEGATIVE)
-    """CPUs Ray reserves for each rollout worker."""
-    num_gpus_per_worker: float = param(0.0, NON_NEGATIVE)
-    """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
-    policies act on that GPU."""
+    rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
+    """The rollout workers every policy shares (see :class:`~jaxflow.config.RolloutConfig`):
+    32-step fragments by default; python vector envs only, and no sampling ahead."""
     metrics_num_episodes: int = param(100, POSITIVE)
     """Episode statistics average this many most recent episodes."""
     min_env_steps_per_iteration: int = param(4096, NON_NEGATIVE)
@@ -59,6 +61,10 @@ class MultiAgentConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        require(
+            not self.rollout.sample_async,
+            "MultiAgentConfig.sample_async=True: multi-agent workers sample when the plan asks, not ahead.",
+        )
         require(bool(self.policies), "MultiAgentConfig.policies must name at least one policy.")
         for pid, entry in self.policies.items():
             require(
@@ -98,37 +104,21 @@ class MultiAgentConfig:
         spec = self.policy_spec(pid)
         own = dict(self.policies[pid].get("config", {}))
         shared = {f: getattr(self, f) for f in WORKER_FIELDS}
-        clash = sorted(set(own) & set(shared))
+        try:
+            paths = {name: resolve(spec.config_cls, name) for name in sorted(own)}
+        except ConfigError as e:
+            raise ConfigError(f"MultiAgentConfig.policies[{pid!r}].config: {e}") from e
+        clash = [name for name, path in paths.items() if path[0] in shared]
         require(
             not clash,
             f"MultiAgentConfig.policies[{pid!r}].config sets {clash}, which the run's workers share; "
             "set them at the top level of the multi-agent config.",
         )
-        fields = {f.name for f in dataclasses.fields(spec.config_cls)}
-        bad = sorted(set(own) - fields)
-        if bad:
-            close = difflib.get_close_matches(bad[0], sorted(fields), n=3)
-            raise ConfigError(
-                f"MultiAgentConfig.policies[{pid!r}].config: {spec.config_cls.__name__} has no field "
-                f"{bad[0]!r}.{f' Did you mean {close}?' if close else ''}"
-            )
-        return spec.config_cls(**dict(own, **shared))
+        return make_config(spec.config_cls, **own, **shared)
 
 
-WORKER_FIELDS = (
-    "env",
-    "env_config",
-    "num_workers",
-    "num_envs_per_worker",
-    "rollout_fragment_length",
-    "seed",
-    "on_worker_failure",
-    "worker_timeout_s",
-    "num_cpus_per_worker",
-    "num_gpus_per_worker",
-    "metrics_num_episodes",
-)
-"""Fields every policy of a multi-agent run shares with its rollout workers."""
+WORKER_FIELDS = ("env", "env_config", "seed", "rollout", "metrics_num_episodes")
+"""Fields every policy of a multi-agent run shares with its rollout workers (``rollout``: all of its settings)."""
 
 
 def load_multiagent_config(path: str) -> MultiAgentConfig:

@@ -75,7 +75,10 @@ class MultiAgentProgram:
                 pconfig, self.policy[pid], pspec.postprocess, None, pspec.workers.encode, pspec.workers.explore
             )
             steps[pid] = (
-                max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length * len(own)
+                max(1, config.rollout.num_workers)
+                * config.rollout.num_envs_per_worker
+                * config.rollout.rollout_fragment_length
+                * len(own)
             )
         probe.close()
         init_ray()

@@ -9,7 +9,6 @@ Algorithms register an :class:`~jaxflow.api.spec.AlgorithmSpec`; jaxflow finds t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Any
 
@@ -20,7 +19,8 @@ from jaxflow.api.program import Program, build_program, resolve_mode
 from jaxflow.api.ray_program import build_learner
 from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.spec import AlgorithmSpec
-from jaxflow.config.fields import from_json_dict, to_json_dict
+from jaxflow.config.names import make_config, replace_config
+from jaxflow.config.parsing import from_json_dict, to_json_dict
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
 
@@ -45,11 +45,11 @@ class Algorithm:
 
     @classmethod
     def build(cls, algorithm: str | Any, **fields: Any) -> Algorithm:
-        """From an algorithm name (plus config fields) or from a config object."""
+        """From an algorithm name (plus config fields, flat or dotted names) or from a config object."""
         if isinstance(algorithm, str):
             spec = get_algorithm(algorithm)
-            return cls(spec.config_cls(**fields), spec)
-        return cls(dataclasses.replace(algorithm, **fields) if fields else algorithm)
+            return cls(make_config(spec.config_cls, **fields), spec)
+        return cls(replace_config(algorithm, **fields) if fields else algorithm)
 
     # What some programs have (a Ray run's learner and workers, a replay run's shards), for
     # tests and notebooks that look inside; None where the program has no such part.
@@ -105,12 +105,12 @@ class Algorithm:
         """Rebuilds the run saved at ``path`` (a checkpoint or a directory of them).
 
         ``overrides`` may change fields that do not change the learner's state,
-        e.g. ``num_workers``.
+        e.g. ``num_workers`` (flat or dotted names).
         """
         ckpt, meta = find_checkpoint(path)
         spec = get_algorithm(meta["algorithm"])
         config = from_json_dict(spec.config_cls, meta["config"])
-        algo = cls(dataclasses.replace(config, **overrides) if overrides else config, spec)
+        algo = cls(replace_config(config, **overrides) if overrides else config, spec)
         algo.load(ckpt)
         return algo
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -11,7 +10,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jaxflow.config.fields import ConfigError, from_json_dict, load_config_file, parse_value, with_overrides
+from jaxflow.config.fields import ConfigError
+from jaxflow.config.names import replace_config
+from jaxflow.config.parsing import from_json_dict, load_config_file, parse_value, with_overrides
 
 MODES = ("auto", "ray", "device")
 
@@ -34,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         "episode_return_mean, time_s)",
     )
     t.add_argument(
-        "--set", action="append", default=[], metavar="FIELD=VALUE", help="override a config field; repeatable"
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a config field, by its flat (lr) or dotted (optimizer.lr) name; repeatable",
     )
     t.add_argument("--logdir", help="where progress, TensorBoard events and checkpoints go")
     t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
@@ -115,7 +120,7 @@ def _train(args: argparse.Namespace) -> int:
         meta = checkpoint.load_meta(latest)
         spec = get_algorithm(meta["algorithm"])
         overrides = {k: parse_value(spec.config_cls, k, v) for k, v in _overrides(args).items()}
-        config = dataclasses.replace(from_json_dict(spec.config_cls, meta["config"]), **overrides)
+        config = replace_config(from_json_dict(spec.config_cls, meta["config"]), **overrides)
         mode = resolve_mode(config, spec)
         print(f"jaxflow: resuming {spec.name} from {latest}, {_describe(config, mode)}", flush=True)
         if mode == "ray":
@@ -154,8 +159,8 @@ def _describe(config: Any, mode: str) -> str:
     """How the run will train, for the first line it prints."""
     chosen = " (auto)" if config.mode == "auto" else ""
     if mode == "ray":
-        return f"mode ray{chosen} ({config.num_workers} rollout workers)"
-    agents = config.num_seeds * len(next(iter(config.sweep.values()), [None]))
+        return f"mode ray{chosen} ({config.rollout.num_workers} rollout workers)"
+    agents = config.device.num_seeds * len(next(iter(config.device.sweep.values()), [None]))
     return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
 
 

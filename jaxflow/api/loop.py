@@ -10,7 +10,8 @@ from typing import Any
 
 from jaxflow.api.algorithm import Algorithm
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
-from jaxflow.config.fields import ConfigError, to_json_dict
+from jaxflow.config.fields import ConfigError
+from jaxflow.config.parsing import to_json_dict
 
 STOP_KEYS = ("training_iteration", "env_steps_sampled", "episode_return_mean", "time_s")
 

@@ -104,7 +104,7 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
         )
         raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")
     mode = "device" if config.mode == "device" or (config.mode == "auto" and can_device) else "ray"
-    if mode == "ray" and (config.num_seeds > 1 or config.sweep):
+    if mode == "ray" and (config.device.num_seeds > 1 or config.device.sweep):
         raise ConfigError(
             f"{name}.num_seeds > 1 and {name}.sweep need device mode (a gymnax/<id> env and one of "
             f"{', '.join(device_algorithms())}); this run is in Ray mode."

@@ -147,7 +147,7 @@ def build_learner(
     num_epochs, minibatch_size = spec.learner.sgd(config)
     learner = Learner(
         functools.partial(spec.loss, policy=policy, config=config),
-        make_optimizer(config.lr, config.max_grad_norm),
+        make_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm),
         params,
         seed=config.seed,
         num_epochs=num_epochs,

@@ -1,4 +1,5 @@
-"""Config machinery: frozen, validated dataclasses and their parsing from ``--set FIELD=VALUE``."""
+"""Config machinery: frozen, validated dataclasses, their groups of settings, and their
+parsing from ``--set FIELD=VALUE`` (flat or dotted names)."""
 
 from jaxflow.config.common import CommonConfig
 from jaxflow.config.constants import (
@@ -19,15 +20,13 @@ from jaxflow.config.fields import (
     Check,
     ConfigError,
     field_names,
-    from_json_dict,
-    load_config_file,
     param,
-    parse_value,
     require,
-    to_json_dict,
     validate,
-    with_overrides,
 )
+from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
+from jaxflow.config.names import flat_names, make_config, replace_config, resolve
+from jaxflow.config.parsing import from_json_dict, load_config_file, parse_value, to_json_dict, with_overrides
 
 __all__ = [
     "ACTOR_STOP_TIMEOUT_S",
@@ -44,12 +43,19 @@ __all__ = [
     "Check",
     "CommonConfig",
     "ConfigError",
+    "DeviceConfig",
+    "OptimizerConfig",
+    "RolloutConfig",
     "field_names",
+    "flat_names",
     "from_json_dict",
     "load_config_file",
+    "make_config",
     "param",
     "parse_value",
+    "replace_config",
     "require",
+    "resolve",
     "to_json_dict",
     "validate",
     "with_overrides",

@@ -1,4 +1,4 @@
-"""Frozen, validated algorithm configs and their parsing from ``--set FIELD=VALUE``.
+"""Frozen, validated config fields: their declaration, types and constraints.
 
 A config field is declared with :func:`param`, which records its constraint; a
 config class calls :func:`validate` from ``__post_init__`` so an invalid config
@@ -9,8 +9,6 @@ field and the allowed values.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import json
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -120,95 +118,5 @@ def require(condition: bool, message: str) -> None:
 
 
 def field_names(cls: type) -> list[str]:
+    """The names of a dataclass's own fields (a group field counts once, by its own name)."""
     return [f.name for f in dataclasses.fields(cls)]
-
-
-def parse_value(cls: type, field: str, text: str) -> Any:
-    """Parses the string ``text`` as a value of ``cls.field``'s declared type."""
-    if field not in field_names(cls):
-        close = difflib.get_close_matches(field, field_names(cls), n=3)
-        hint = f" Did you mean {close}?" if close else ""
-        raise ConfigError(f"{cls.__name__} has no field {field!r}.{hint} Fields: {', '.join(field_names(cls))}.")
-    tp = _hints(cls)[field]
-    try:
-        return _parse(text, tp)
-    except (ValueError, TypeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{cls.__name__}.{field} must be {_type_name(tp)}, got {text!r}.") from e
-
-
-def _parse(text: str, tp: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if type(None) in args and text.lower() in ("none", "null"):
-            return None
-        for t in args:
-            if t is type(None):
-                continue
-            try:
-                return _parse(text, t)
-            except (ValueError, TypeError, json.JSONDecodeError):
-                continue
-        raise ValueError(text)
-    if tp is bool:
-        lowered = text.lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        raise ValueError(text)
-    if tp is int:
-        return int(text)
-    if tp is float:
-        return float(text)
-    if tp is str or origin is Literal:
-        return text
-    if origin is tuple:
-        item = typing.get_args(tp)[0]
-        return tuple(_parse(t.strip(), item) for t in text.strip("()[] ").split(",") if t.strip())
-    if origin in (dict, Mapping) or tp in (dict, Mapping):
-        value = json.loads(text)
-        if not isinstance(value, dict):
-            raise ValueError(text)
-        return value
-    raise TypeError(f"cannot parse {tp}")
-
-
-def with_overrides(config: Any, overrides: Mapping[str, str]) -> Any:
-    """A new config with string overrides (from ``--set``) parsed and validated."""
-    values = {k: parse_value(type(config), k, v) for k, v in overrides.items()}
-    return dataclasses.replace(config, **values)
-
-
-def to_json_dict(config: Any) -> dict[str, Any]:
-    """The config as plain JSON values (tuples become lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
-
-
-def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
-    """Rebuilds a config written by :func:`to_json_dict`, restoring tuples."""
-    hints = _hints(cls)
-    values = {}
-    for k, v in data.items():
-        if k not in hints:
-            raise ConfigError(f"{cls.__name__} has no field {k!r} (from a saved config).")
-        values[k] = tuple(v) if typing.get_origin(hints[k]) is tuple else v
-    return cls(**values)
-
-
-def load_config_file(cls: type, path: str) -> Any:
-    """A config of class ``cls`` from a JSON file of its fields (e.g. ``--multiagent FILE``)."""
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e}).") from e
-    fields = field_names(cls)
-    bad = sorted(set(data) - set(fields)) if isinstance(data, dict) else None
-    require(
-        bad == [],
-        f"{path}: unknown keys {bad}; a {cls.__name__} has {sorted(fields)}."
-        if bad
-        else f"{path}: a {cls.__name__} is a JSON object of its fields {sorted(fields)}.",
-    )
-    return cls(**data)

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 
 import jax
 
+from jaxflow.config.names import resolve
+
 Array = jax.Array
 
 
@@ -20,12 +22,12 @@ class Member(NamedTuple):
 
 
 def members(config: Any) -> list[Member]:
-    """The agents a config trains: each value of ``sweep`` (at most one field) times
-    ``num_seeds`` seeds ``seed, seed + 1, ...``, sweep-major."""
-    field, values = next(iter(config.sweep.items())) if config.sweep else (None, [0.0])
+    """The agents a config trains: each value of ``sweep`` (at most one field, named flat or
+    dotted) times ``num_seeds`` seeds ``seed, seed + 1, ...``, sweep-major."""
+    field, values = next(iter(config.device.sweep.items())) if config.device.sweep else (None, [0.0])
     out = []
     for value in values:
-        for i in range(config.num_seeds):
+        for i in range(config.device.num_seeds):
             seed = config.seed + i
             hyper = {} if field is None else {field: float(value)}
             out.append(Member(f"seed={seed}" + ("" if field is None else f",{field}={value:g}"), seed, hyper))
@@ -41,6 +43,11 @@ def with_hyper(config: Any, hyper: Mapping[str, Array]) -> Any:
     if not hyper:
         return config
     traced = copy.copy(config)
-    for k, v in hyper.items():
-        object.__setattr__(traced, k, v)
+    for k, v in hyper.items():  # k as the sweep names it, flat or dotted
+        *group, leaf = resolve(type(config), k)
+        owner = traced
+        if group:  # copy the group too: the config's own group is shared with the caller
+            owner = copy.copy(getattr(traced, group[0]))
+            object.__setattr__(traced, group[0], owner)
+        object.__setattr__(owner, leaf, v)
     return traced

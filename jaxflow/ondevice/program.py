@@ -77,15 +77,17 @@ class DeviceProgram:
         action_space = to_gymnasium_space(self.env.action_space(self.env_params))
         obs_shape = tuple(obs_space.shape or ())
         self.policy = spec.policy(config, obs_space, action_space)
-        self.num_envs = config.num_envs or max(1, config.num_workers) * config.num_envs_per_worker
-        self.steps_per_iteration = self.num_envs * config.rollout_fragment_length
+        self.num_envs = (
+            config.device.num_envs or max(1, config.rollout.num_workers) * config.rollout.num_envs_per_worker
+        )
+        self.steps_per_iteration = self.num_envs * config.rollout.rollout_fragment_length
         self.devices = jax.local_devices()
         if self.num_envs % len(self.devices):
             raise ConfigError(
                 f"{type(config).__name__}.num_envs ({self.num_envs}) must be divisible by the {len(self.devices)} local devices."
             )
         self.members = members(config)
-        self._optimizer = _device_optimizer(config.lr, config.max_grad_norm)
+        self._optimizer = _device_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm)
         mesh = Mesh(np.asarray(self.devices), ("batch",))
         self._replicated = NamedSharding(mesh, PartitionSpec())
         self._env_sharded = NamedSharding(mesh, PartitionSpec("batch"))
@@ -96,7 +98,10 @@ class DeviceProgram:
         self._run = jax.jit(self._run_members, donate_argnums=0)
         self.files = None  # everything is in the state
         self._results = ReportMetrics(
-            OnDevice(self), None, config.min_env_steps_per_iteration, iterations_per_item=config.iterations_per_call
+            OnDevice(self),
+            None,
+            config.min_env_steps_per_iteration,
+            iterations_per_item=config.device.iterations_per_call,
         )
 
     @property
@@ -119,7 +124,7 @@ class DeviceProgram:
         key = jax.random.PRNGKey(seed)
         # As the Ray-mode learner does: parameters and learner RNG from PRNGKey(seed).
         params = self.policy.init(key)
-        optimizer = _device_optimizer(cfg.lr, cfg.max_grad_norm)
+        optimizer = _device_optimizer(cfg.optimizer.lr, cfg.optimizer.max_grad_norm)
         train = TrainState.create(params, optimizer, key, target_network=self.device.replay is not None)
         key, k_reset = jax.random.split(jax.random.fold_in(key, 1))
         obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(
@@ -148,17 +153,17 @@ class DeviceProgram:
         except ValueError as e:  # e.g. a minibatch larger than the batch
             raise ConfigError(
                 f"{type(self.config).__name__}: {e}; in device mode a training batch is num_envs ({self.num_envs}) x "
-                f"rollout_fragment_length ({self.config.rollout_fragment_length}) env steps."
+                f"rollout_fragment_length ({self.config.rollout.rollout_fragment_length}) env steps."
             ) from e
         except (
             jax.errors.ConcretizationTypeError,
             jax.errors.TracerBoolConversionError,
             jax.errors.TracerIntegerConversionError,
         ) as e:
-            if not self.config.sweep:
+            if not self.config.device.sweep:
                 raise
             raise ConfigError(
-                f"sweep over {next(iter(self.config.sweep))!r}: that field decides shapes or Python control flow, "
+                f"sweep over {next(iter(self.config.device.sweep))!r}: that field decides shapes or Python control flow, "
                 "so it cannot vary inside one compiled function; sweep a numeric field such as lr, "
                 "gamma or ent_coef."
             ) from e
@@ -200,7 +205,7 @@ class DeviceProgram:
             carry,
             key,
             jnp.float32(0),
-            cfg.rollout_fragment_length,
+            cfg.rollout.rollout_fragment_length,
         )
         if self.spec.postprocess is not None:
             traj = self.spec.postprocess(traj, cfg)
@@ -217,7 +222,7 @@ class DeviceProgram:
         if len(self.members) == 1:
             state, out = self._run_one(jax.tree.map(lambda x: x[0], state))
             return jax.tree.map(lambda x: x[None], (state, out))
-        batching = self.config.member_batching
+        batching = self.config.device.member_batching
         if batching == "auto":
             batching = "map" if jax.default_backend() == "cpu" else "vmap"
         return jax.vmap(self._run_one)(state) if batching == "vmap" else jax.lax.map(self._run_one, state)
@@ -242,7 +247,7 @@ class DeviceProgram:
                 state.envs,
                 k_rollout,
                 env_steps,
-                cfg.rollout_fragment_length,
+                cfg.rollout.rollout_fragment_length,
             )
             if self.spec.postprocess is not None:
                 traj = self.spec.postprocess(traj, cfg)
@@ -258,7 +263,7 @@ class DeviceProgram:
             metrics = {k: v for k, v in metrics.items() if v.ndim == 0}
             return state, dict(metrics, episode_returns=returns, episode_lengths=lengths, trained=trained)
 
-        return jax.lax.scan(iteration, state, None, length=self.config.iterations_per_call)
+        return jax.lax.scan(iteration, state, None, length=self.config.device.iterations_per_call)
 
     def results(self) -> LocalIterator[dict[str, Any]]:
         """The run's results: (1) ``iterations_per_call`` rollouts + updates per compiled call,

@@ -32,7 +32,9 @@ class RecordSampled(Operator):
 def bulk_sync_env_steps(config: Any) -> int:
     """Env steps in each batch of ``ParallelRollouts(bulk_sync).combine(ConcatBatches(
     config.train_batch_size))``: whole rounds of every worker's fragment."""
-    per_round = max(1, config.num_workers) * config.num_envs_per_worker * config.rollout_fragment_length
+    per_round = (
+        max(1, config.rollout.num_workers) * config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
+    )
     return -(-config.train_batch_size // per_round) * per_round
 
 

@@ -93,7 +93,9 @@ class MultiAgentRolloutWorker:
         cfg = spec.config
         self.index, self.incarnation, self.config = index, incarnation, cfg
         seed = worker_seed(cfg.seed, index, incarnation)
-        self.env = envs.MultiAgentVectorEnv(cfg.env, cfg.num_envs_per_worker, seed, cfg.env_config, index, incarnation)
+        self.env = envs.MultiAgentVectorEnv(
+            cfg.env, cfg.rollout.num_envs_per_worker, seed, cfg.env_config, index, incarnation
+        )
         self.policies = spec.policies
         self.agents = {pid: [a for a in self.env.agents if spec.mapping[a] == pid] for pid in spec.policies}
         self._forward = {pid: jax.jit(ws.policy.forward_packed) for pid, ws in spec.policies.items()}
@@ -133,7 +135,7 @@ class MultiAgentRolloutWorker:
         if missing:
             raise RuntimeError(f"rollout worker {self.index}: sample() before the weights of {missing}")
         start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
-        T, B = self.config.rollout_fragment_length, self.env.num_envs
+        T, B = self.config.rollout.rollout_fragment_length, self.env.num_envs
         steps: dict[str, list[dict[str, np.ndarray]]] = {pid: [] for pid in self.policies}
         for t in range(T):
             actions: dict[str, np.ndarray] = {}

@@ -101,7 +101,7 @@ def example_train_batch(spec: WorkerSpec, obs_space: Any, env_steps: int) -> dic
         lambda: policy.apply(policy.init(jax.random.PRNGKey(0)), jnp.zeros((1, *obs_space.shape)))
     )
     dist = policy.distribution
-    T, B = cfg.rollout_fragment_length, cfg.num_envs_per_worker
+    T, B = cfg.rollout.rollout_fragment_length, cfg.rollout.num_envs_per_worker
 
     def tb(*shape: int, dtype: Any = np.float32) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct((T, B) + shape, dtype)

@@ -68,14 +68,14 @@ def make_vector_envs(
     config: Any, seed: int, index: int = 0, incarnation: int = 0, num_groups: int | None = None
 ) -> list[Any]:
     """The vectors of environments a rollout worker of ``config`` steps: ``num_groups``
-    (default ``config.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
+    (default ``config.rollout.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
     env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` runs
     ale-py's emulators in ``num_cpus_per_worker`` threads (at least one) per group; anything
     else steps gymnasium envs in the worker's own thread."""
-    groups = config.num_env_groups if num_groups is None else num_groups
-    n = config.num_envs_per_worker // groups
-    if config.vector_env == "ale":
-        threads = max(1, int(config.num_cpus_per_worker))
+    groups = config.rollout.num_env_groups if num_groups is None else num_groups
+    n = config.rollout.num_envs_per_worker // groups
+    if config.rollout.vector_env == "ale":
+        threads = max(1, int(config.rollout.num_cpus_per_worker))
         return [
             envs.ALEVectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation, threads)
             for g in range(groups)
@@ -126,7 +126,7 @@ class RolloutWorker:
         self.env_steps = 0
         # (params, version) as one value: a sampler thread reads both at once.
         self._weights: tuple[Any, int] = (None, -1)
-        self._ahead = SampleAhead(self._rollout) if cfg.sample_async else None
+        self._ahead = SampleAhead(self._rollout) if cfg.rollout.sample_async else None
 
     @property
     def params(self) -> Any:
@@ -173,7 +173,7 @@ class RolloutWorker:
         """Steps the envs for one fragment with the weights in hand when it starts."""
         params, version = self._weights
         start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
-        cfg, T, n = self.config, self.config.rollout_fragment_length, self.envs[0].num_envs
+        cfg, T, n = self.config, self.config.rollout.rollout_fragment_length, self.envs[0].num_envs
         B = n * len(self.envs)
         out = [self._forward(params, o) for o in self._obs]
         obs = np.empty((T, B) + self._obs[0].shape[1:], self._obs[0].dtype)

@@ -45,38 +45,41 @@ class WorkerSet:
         # Multi-agent workers take each policy's weights on their own and keep the rest.
         self._merge = getattr(self.worker_cls, "merge_weights", lambda old, new: new)
         self._weights = self._version = None
-        self.timeout_s = cfg.worker_timeout_s
+        self.timeout_s = cfg.rollout.worker_timeout_s
         self.num_restarts = 0
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
-        if cfg.num_workers == 0:
+        if cfg.rollout.num_workers == 0:
             self._slots[0] = _InDriver(self.worker_cls(spec, 0))
         else:
             # Ray would queue actors that cannot be placed forever; say so instead.
-            need = cfg.num_workers * cfg.num_cpus_per_worker
+            need = cfg.rollout.num_workers * cfg.rollout.num_cpus_per_worker
             free, total = _free_cpus(need), ray.cluster_resources().get("CPU", 0)
             if need > free:
                 raise ConfigError(
-                    f"num_workers={cfg.num_workers} x num_cpus_per_worker={cfg.num_cpus_per_worker} needs {need:g} "
+                    f"num_workers={cfg.rollout.num_workers} x num_cpus_per_worker={cfg.rollout.num_cpus_per_worker} needs {need:g} "
                     f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
                     "lower num_workers or num_cpus_per_worker, or stop the other run."
                 )
-            gpus = cfg.num_workers * cfg.num_gpus_per_worker
+            gpus = cfg.rollout.num_workers * cfg.rollout.num_gpus_per_worker
             have = ray.cluster_resources().get("GPU", 0)
             if gpus > have:
                 raise ConfigError(
-                    f"num_workers={cfg.num_workers} x num_gpus_per_worker={cfg.num_gpus_per_worker} needs {gpus:g} "
+                    f"num_workers={cfg.rollout.num_workers} x num_gpus_per_worker={cfg.rollout.num_gpus_per_worker} needs {gpus:g} "
                     f"GPUs but the Ray cluster has {have:g}; set num_gpus_per_worker=0 to act on the workers' CPUs"
                     + (
-                        f", or at most {have / cfg.num_workers:g} for the workers to share the GPUs there are."
+                        f", or at most {have / cfg.rollout.num_workers:g} for the workers to share the GPUs there are."
                         if have
                         else "."
                     )
                 )
             self._actor_cls = jax_actor(
-                self.worker_cls, num_gpus=cfg.num_gpus_per_worker, num_cpus=cfg.num_cpus_per_worker, max_restarts=0
+                self.worker_cls,
+                num_gpus=cfg.rollout.num_gpus_per_worker,
+                num_cpus=cfg.rollout.num_cpus_per_worker,
+                max_restarts=0,
             )
-            for i in range(cfg.num_workers):
+            for i in range(cfg.rollout.num_workers):
                 self._slots[i] = self._create(i)
             self._check_started(list(self._slots.items()))
         self.sync_weights(weights, version)
@@ -133,7 +136,7 @@ class WorkerSet:
             h.set_weights.remote(weights, version)
 
     def on_failure(self, index: int, error: BaseException) -> None:
-        mode = self.config.on_worker_failure
+        mode = self.config.rollout.on_worker_failure
         if mode == "raise":
             raise WorkerCrashedError(
                 f"rollout worker {index} died or stopped answering: {type(error).__name__}: {error}. "

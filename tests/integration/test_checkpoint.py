@@ -93,7 +93,7 @@ def test_cli_resume_continues_the_run(ray_local, tmp_path):
     assert {f"checkpoint_{i:06d}" for i in range(5, 36, 5)} <= set(names)
     assert sum(n.startswith("events.out.tfevents") for n in names) == 2
     saved = json.load(open(os.path.join(logdir, "config.json")))
-    assert saved["algorithm"] == "PPO" and saved["config"]["num_workers"] == 2
+    assert saved["algorithm"] == "PPO" and saved["config"]["rollout"]["num_workers"] == 2
 
 
 def test_interrupted_write_leaves_previous_checkpoint(tmp_path, monkeypatch):

@@ -53,7 +53,7 @@ def test_dqn_trains_from_an_on_device_replay_buffer():
     algo = Algorithm.build("DQN", env=CARTPOLE, learning_starts=1_000, seed=0)
     initial_target = jax.device_get(algo.program.state.train.target_params)
     first = algo.train()
-    steps_per_call = algo.config.iterations_per_call * algo.program.steps_per_iteration
+    steps_per_call = algo.config.device.iterations_per_call * algo.program.steps_per_iteration
     assert first["env_steps_sampled"] == 2 * steps_per_call  # min_env_steps_per_iteration=2000 takes 2 calls
     # 1,000 transitions arrive after 8 iterations of 128: the first 7 train nothing.
     assert first["env_steps_trained"] == (20 - 7) * 16 * 64

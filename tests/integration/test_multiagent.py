@@ -13,6 +13,7 @@ import jaxflow.api.ray_program
 from jaxflow import Algorithm
 from jaxflow.algorithms.multiagent import MultiAgentConfig
 from jaxflow.api import cli
+from jaxflow.config import make_config
 
 COORDINATION, RPS = "multiagent/Coordination-v0", "multiagent/RockPaperScissors-v0"
 
@@ -22,7 +23,8 @@ def test_agents_mapped_to_one_policy_share_its_learner_and_batch():
     column per (agent, env), agent_1's columns are agent_1's observations (the one-hot of
     agent_0's previous action), and every env step counts once per agent."""
     T, B = 12, 3
-    config = MultiAgentConfig(
+    config = make_config(
+        MultiAgentConfig,
         env=RPS,
         policies={"shared": {"algorithm": "PPO"}},
         mapping={"agent_0": "shared", "agent_1": "shared"},
@@ -67,7 +69,7 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
     at best, 10/9 for random play. In 12 iterations (49k env steps) both policies pass 6.
     PPO updates once per train batch of 512 of its agent's steps (2 rounds of 256), DQN once
     per round (32 SGD steps of 64), after its 500 learning-start transitions (2 rounds)."""
-    algo = Algorithm(MultiAgentConfig(**PPO_AND_DQN))
+    algo = Algorithm(make_config(MultiAgentConfig, **PPO_AND_DQN))
     try:
         for _ in range(12):
             result = algo.train()

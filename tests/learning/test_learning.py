@@ -106,5 +106,8 @@ def test_ppo_in_device_mode_reaches_450_within_500k_steps():
     assert algo.mode == "device"
     result = train(algo, {"episode_return_mean": 450.0, "env_steps_sampled": 500_000}, verbose=False)
     assert result["episode_return_mean"] >= 450.0, result
-    assert result["env_steps_sampled"] <= 500_000 + algo.program.steps_per_iteration * algo.config.iterations_per_call
+    assert (
+        result["env_steps_sampled"]
+        <= 500_000 + algo.program.steps_per_iteration * algo.config.device.iterations_per_call
+    )
     assert result["env_steps_trained"] == result["env_steps_sampled"]

@@ -36,7 +36,7 @@ def joint_pretrain(program: MAMLProgram, env_steps: int, seed: int) -> tuple[obj
     task per update (a meta-iteration's env steps). Returns the parameters and the last
     update's mean return."""
     config, dist, apply_fn = program.config, program.dist, program.policy.apply
-    optimizer = make_optimizer(config.lr, config.max_grad_norm)
+    optimizer = make_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm)
     num_tasks, episodes = config.meta_batch_size, 2 * config.episodes_per_task
     iterations = env_steps // (num_tasks * episodes * dist.horizon)
 

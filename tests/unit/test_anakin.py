@@ -17,6 +17,7 @@ import pytest
 import jaxflow.algorithms.ppo
 from jaxflow import Algorithm, ConfigError, DeviceProgram, envs, get_algorithm
 from jaxflow.algorithms import PPOConfig
+from jaxflow.config import make_config
 from jaxflow.networks.mlp import MLPActorCritic
 from jaxflow.ondevice.rollout import EnvCarry, rollout
 from jaxflow.policies import Categorical, Policy
@@ -79,7 +80,9 @@ def test_device_mode_trains_with_the_algorithms_own_loss():
         calls.append(config)
         return jaxflow.algorithms.ppo.loss(params, batch, rng, policy=policy, config=config)
 
-    config = PPOConfig(env=CARTPOLE, num_envs=4, rollout_fragment_length=16, minibatch_size=32, iterations_per_call=1)
+    config = make_config(
+        PPOConfig, env=CARTPOLE, num_envs=4, rollout_fragment_length=16, minibatch_size=32, iterations_per_call=1
+    )
     program = DeviceProgram(config, dataclasses.replace(spec, loss=recording_loss))
     out = program.call()
     assert calls and all(c.clip_eps == config.clip_eps for c in calls)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxflow import ConfigError
+from jaxflow import ConfigError, make_config
 from jaxflow.algorithms.apex import APEXConfig, worker_epsilon
 from jaxflow.algorithms.dqn import DQNConfig, epsilon, epsilon_greedy, loss, n_step_targets, postprocess, td_errors
 from jaxflow.networks.mlp import MLPQNetwork
@@ -141,15 +141,17 @@ def test_postprocess_priorities_hand_checked():
 
 
 def test_epsilon_schedules():
-    cfg = DQNConfig(env="CartPole-v1", num_workers=2, epsilon_initial=1.0, epsilon_final=0.1, epsilon_timesteps=1000)
+    cfg = make_config(
+        DQNConfig, env="CartPole-v1", num_workers=2, epsilon_initial=1.0, epsilon_final=0.1, epsilon_timesteps=1000
+    )
     assert epsilon(cfg, 0, 0) == 1.0
     assert epsilon(cfg, 0, 250) == pytest.approx(0.55)  # 2 workers x 250 steps = half way
     assert epsilon(cfg, 1, 10_000) == pytest.approx(0.1)
-    apex = APEXConfig(env="CartPole-v1", num_workers=8)
+    apex = make_config(APEXConfig, env="CartPole-v1", num_workers=8)
     eps = [worker_epsilon(apex, i) for i in range(8)]
     np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
-    assert worker_epsilon(APEXConfig(env="CartPole-v1", num_workers=1), 0) == pytest.approx(0.4)
+    assert worker_epsilon(make_config(APEXConfig, env="CartPole-v1", num_workers=1), 0) == pytest.approx(0.4)
 
 
 def test_epsilon_greedy_explores_at_the_stated_rate():
@@ -163,7 +165,7 @@ def test_epsilon_greedy_explores_at_the_stated_rate():
 
 def test_invalid_configs_name_the_field():
     with pytest.raises(ConfigError, match="n_step"):
-        DQNConfig(env="CartPole-v1", n_step=16, rollout_fragment_length=16)
+        make_config(DQNConfig, env="CartPole-v1", n_step=16, rollout_fragment_length=16)
     with pytest.raises(ConfigError, match="samples_per_insert"):
         APEXConfig(env="CartPole-v1", samples_per_insert=-1.0)
     with pytest.raises(ConfigError, match="num_replay_shards"):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxflow import Algorithm, ConfigError
+from jaxflow import Algorithm, ConfigError, make_config
 from jaxflow.algorithms.maml import (
     MAMLConfig,
     adapt,
@@ -204,13 +204,13 @@ def test_unknown_task_distribution_names_the_closest():
 )
 def test_config_validation(fields, match):
     with pytest.raises(ConfigError, match=match):
-        MAMLConfig(**fields)
+        make_config(MAMLConfig, **fields)
 
 
 def test_config_defaults_are_valid():
     config = MAMLConfig()
     assert config.env == POINT and config.meta_batch_size == 20 and config.inner_steps == 1
-    MAMLConfig(env=CARTPOLE, env_config={"horizon": 50}, mode="ray", num_workers=4)
+    make_config(MAMLConfig, env=CARTPOLE, env_config={"horizon": 50}, mode="ray", num_workers=4)
 
 
 # --- end to end -----------------------------------------------------------------------------

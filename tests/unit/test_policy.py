@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxflow import Algorithm, RolloutWorker, WorkerSpec, envs, get_algorithm, register_algorithm
+from jaxflow import Algorithm, RolloutWorker, WorkerSpec, envs, get_algorithm, make_config, register_algorithm
 from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork
 from jaxflow.ondevice.rollout import EnvCarry, rollout
 from jaxflow.policies import Categorical, Greedy, Policy, q_value_outputs, unpack
@@ -123,7 +123,9 @@ def test_forward_packed_unpacks_to_the_policy_outputs():
 
 
 def test_a_toy_distribution_acts_on_a_worker_and_on_the_device_with_the_same_log_probs():
-    config = TOY.config_cls(env="CartPole-v1", num_workers=1, num_envs_per_worker=4, rollout_fragment_length=32, seed=3)
+    config = make_config(
+        TOY.config_cls, env="CartPole-v1", num_workers=1, num_envs_per_worker=4, rollout_fragment_length=32, seed=3
+    )
     env = envs.make_cpu("CartPole-v1")
     policy = TOY.policy(config, env.observation_space, env.action_space)
     params = policy.init(jax.random.PRNGKey(0))

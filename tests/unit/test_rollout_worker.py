@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxflow import RolloutWorker, WorkerSpec, envs, get_algorithm
+from jaxflow import RolloutWorker, WorkerSpec, envs, get_algorithm, make_config
 from jaxflow.api.ray_program import build_learner
 from jaxflow.rollout.batch import concat_batches
 from jaxflow.rollout.sample_ahead import SampleAhead
@@ -20,7 +20,8 @@ from jaxflow.rollout.sample_ahead import SampleAhead
 @pytest.mark.parametrize("sample_async", [False, True])
 def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(
+    config = make_config(
+        spec.config_cls,
         env="CartPole-v1",
         env_config={"max_episode_steps": 5},
         num_workers=1,
@@ -69,7 +70,8 @@ def test_sample_timing_splits_the_workers_time_between_env_and_policy():
     # Every step of every copy sleeps 5 ms: the env's share is known from below, and the
     # rest of the fragment (a small MLP's forward passes, bookkeeping) is far cheaper.
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(
+    config = make_config(
+        spec.config_cls,
         env="test/SlowStep-v0",
         env_config={"step_s": 0.005},
         num_workers=1,
@@ -97,7 +99,8 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
     # with the action taken on it and the step that followed, env by env, as one vector of
     # all the envs (the groups' envs are seeded as its envs are) replays them.
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(
+    config = make_config(
+        spec.config_cls,
         env="ALE/Pong-v5",
         vector_env="ale",
         env_config={"max_num_frames_per_episode": 40},
@@ -174,8 +177,14 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
     # that, the next fragment is still one acted with the old ones, and it must say so;
     # every fragment's logits are those of the weights of the version it reports.
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(
-        env="CartPole-v1", num_workers=1, num_envs_per_worker=2, rollout_fragment_length=8, seed=1, sample_async=True
+    config = make_config(
+        spec.config_cls,
+        env="CartPole-v1",
+        num_workers=1,
+        num_envs_per_worker=2,
+        rollout_fragment_length=8,
+        seed=1,
+        sample_async=True,
     )
     policy, learner = build_learner(config, spec)
     old = learner.get_weights()
@@ -200,7 +209,8 @@ def test_sampling_ahead_reports_the_weights_each_fragment_acted_with():
 
 def test_an_env_error_in_the_sampler_thread_reaches_the_caller():
     spec = get_algorithm("IMPALA")
-    config = spec.config_cls(
+    config = make_config(
+        spec.config_cls,
         env="test/WrongObservationShape-v0",
         num_workers=1,
         num_envs_per_worker=2,

@@ -1,0 +1,99 @@
+"""The groups of settings an algorithm's config holds: its rollouts, its device mode, its optimizer.
+
+Each group is a frozen dataclass validated on construction, like the config that holds it;
+an algorithm with other defaults gives its config's group field a factory of its own, e.g.
+``rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))``.
+Checks that need fields of more than one group (an ALE vector env needs an ALE env id) are
+the holding config's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, param, require, validate
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """How rollout workers sample: how many, how many environments each, and their resources."""
+
+    num_workers: int = param(2, NON_NEGATIVE)
+    """Ray rollout worker actors; 0 samples in the driver process."""
+    num_envs_per_worker: int = param(8, POSITIVE)
+    """Environments stepped in lockstep by each worker; more amortise the per-step policy call."""
+    rollout_fragment_length: int = param(64, POSITIVE)
+    """Time steps T per sampled fragment; each fragment is [T, num_envs_per_worker]."""
+    vector_env: Literal["python", "ale"] = "python"
+    """How a worker steps its environments: one after another in Python, or (ALE/<Game>-v5 ids
+    only) in ale-py's C++ vector environment, on ``num_cpus_per_worker`` threads."""
+    num_env_groups: int = param(1, POSITIVE)
+    """vector_env='ale': a worker's environments split into this many groups stepped in turn
+    (2: double buffering), so one group's emulators run while the worker waits for the policy
+    on another; must divide num_envs_per_worker. Each group has num_cpus_per_worker emulator
+    threads, so whichever group is stepping alone can use all of the worker's CPUs; while
+    groups overlap, their threads share those CPUs."""
+    sample_async: bool = False
+    """Rollout workers step their envs in a background thread one fragment ahead of the
+    plan's requests (RLlib's sample_async), so postprocessing, encoding and returning a
+    fragment overlap stepping the next; fragments then act with weights up to one fragment
+    older. Off-policy and V-trace algorithms only."""
+    on_worker_failure: Literal["raise", "ignore", "restart"] = "raise"
+    """What a dead rollout worker does to the run: raise, carry on without it, or recreate it."""
+    worker_timeout_s: float = param(120.0, POSITIVE)
+    """A worker silent for this long is treated as dead (a hang)."""
+    num_cpus_per_worker: float = param(1.0, NON_NEGATIVE)
+    """CPUs Ray reserves for each rollout worker."""
+    num_gpus_per_worker: float = param(0.0, NON_NEGATIVE)
+    """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
+    worker's policy acts on that GPU instead of the worker's CPU, which then only steps envs
+    (with num_workers=0 the driver's worker acts on the driver's default device either way)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+        require(
+            self.num_env_groups == 1 or self.vector_env == "ale",
+            f"num_env_groups={self.num_env_groups} needs vector_env='ale' (python envs step in the worker's thread).",
+        )
+        require(
+            self.num_envs_per_worker % self.num_env_groups == 0,
+            f"num_env_groups={self.num_env_groups} must divide num_envs_per_worker={self.num_envs_per_worker}.",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceConfig:
+    """Device mode: rollout and update compiled together, for one agent or many in one call."""
+
+    num_envs: int | None = param(None, POSITIVE)
+    """Environments stepped together (None: num_workers x num_envs_per_worker, the batch Ray
+    mode samples per round); a training batch is num_envs x rollout_fragment_length."""
+    iterations_per_call: int = param(10, POSITIVE)
+    """Training iterations (rollout + update) compiled into one call."""
+    num_seeds: int = param(1, POSITIVE)
+    """Independent agents with seeds seed, seed + 1, ... trained in one compiled call."""
+    sweep: dict = param(None, factory=dict)
+    """One float field of the config and its values, {"lr": [1e-4, 3e-4]} (a flat or dotted
+    name, e.g. "optimizer.lr"); each value trains num_seeds agents, all in one compiled call.
+    The holding config checks the field, since it names one of that config's fields."""
+    member_batching: Literal["auto", "vmap", "map"] = "auto"
+    """Several agents: vmap them (parallel, memory x agents) or run them one after another in
+    the compiled call (lax.map: each agent's arithmetic is its single run's, bit for bit);
+    auto is vmap on accelerators and map on CPUs."""
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """The learner's optimizer: Adam with its gradients clipped by global norm."""
+
+    lr: float = param(3e-4, POSITIVE)
+    """Learning rate of the Adam optimizer."""
+    max_grad_norm: float = param(0.5, POSITIVE)
+    """Gradients are clipped to this global norm."""
+
+    def __post_init__(self) -> None:
+        validate(self)
