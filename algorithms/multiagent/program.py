@@ -7,16 +7,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import jax
-import numpy as np
-
 from jaxflow import envs
 from jaxflow.algorithms.multiagent.config import MultiAgentConfig
 from jaxflow.api.ray_program import build_learner, check_spaces, init_ray, stop_run
-from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.config.fields import require
 from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.evaluation import evaluate_policies
 from jaxflow.rollout.multiagent import MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.worker import WorkerSpec
 from jaxflow.rollout.worker_set import WorkerSet
@@ -123,35 +120,8 @@ class MultiAgentProgram:
         return {pid: p.learner.get_weights() for pid, p in self.policies.items()}
 
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
-        """Every policy acting greedily for its agents in ``episodes`` episodes: the mean and
-        standard deviation of the episode return (summed over agents), and each policy's mean
-        return per agent."""
-        seed = self.config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
-        env = envs.MultiAgentVectorEnv(self.config.env, 1, seed, self.config.env_config)
-        act = {pid: jax.jit(policy.greedy) for pid, policy in self.policy.items()}
-        weights = self.get_weights()
-        obs = env.reset()
-        returns: list[np.ndarray] = []
-        while len(returns) < episodes:
-            actions = {a: np.asarray(act[pid](weights[pid], obs[a])) for a, pid in self.config.mapping.items()}
-            obs = env.step(actions).obs
-            ended = env.pop_episodes()
-            if len(ended[env.agents[0]][0]):
-                returns.append(np.stack([ended[a][0] for a in env.agents]))  # [agents, episodes ended]
-        env.close()
-        per_agent = np.concatenate(returns, axis=1)[:, :episodes]
-        team = per_agent.sum(axis=0)
-        by_policy = {
-            pid: float(np.mean([per_agent[i] for i, a in enumerate(env.agents) if self.config.mapping[a] == pid]))
-            for pid in self.policies
-        }
-        return {
-            "episodes": episodes,
-            "return_mean": float(team.mean()),
-            "return_std": float(team.std()),
-            "returns": team.tolist(),
-            "policies": by_policy,
-        }
+        """Every policy acting greedily for its agents: see :func:`~jaxflow.rollout.evaluation.evaluate_policies`."""
+        return evaluate_policies(self.config, self.policy, self.get_weights(), self.config.mapping, episodes, seed)
 
     def stop(self) -> None:
         """Stops the plan, every policy's learner thread, the workers and the replay shards."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -9,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.truncation import truncation_bootstrap
 
 Array = jax.Array
 
@@ -56,54 +58,17 @@ def rollout(
     (actions, logp)`` explores in its place (DQN's epsilon-greedy).
 
     The fragment has the fields and conventions of ``RolloutWorker.sample`` (time-major
-    ``[T, B]``; a truncated episode's last reward has ``gamma * V(final_obs)`` added and its
-    discount is 0), so an algorithm's ``postprocess`` takes it unchanged. Also returns the
-    returns and lengths of the episodes that ended, ``[T, B]``, NaN and 0 elsewhere.
+    ``[T, B]``; time limits bootstrapped by the same
+    :func:`~jaxflow.rollout.truncation.truncation_bootstrap`), so an algorithm's
+    ``postprocess`` takes it unchanged. Also returns the returns and lengths of the episodes
+    that ended, ``[T, B]``, NaN and 0 elsewhere.
     """
     num_envs = carry.obs.shape[0]
     # An episode lasts at most max_steps_in_episode steps, so in a fragment no longer than that an
     # environment truncates at most once: remember where, and bootstrap them all with one forward
     # pass after the scan. (A per-step lax.cond would run the pass on every step once vmapped.)
     once = num_steps <= int(env_params.max_steps_in_episode)
-    apply_fn = policy.apply
-
-    def step(inner: tuple[EnvCarry, Any, Any], xs: tuple[Array, Array]):
-        c, truncated_obs, truncated_at = inner
-        t, key = xs
-        k_act, k_env = jax.random.split(key)
-        inputs, values = apply_fn(params, c.obs)
-        if act is None:
-            actions, logp = policy.distribution.sample(k_act, inputs)
-        else:
-            actions, logp = act(k_act, inputs, env_steps + t * num_envs, config)
-        obs, env_state, reward, terminated, truncated, final_obs = step_envs(
-            env, env_params, jax.random.split(k_env, num_envs), c.env_state, actions
-        )
-        if once:
-            rewards = reward
-            truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_obs, truncated_obs)
-            truncated_at = jnp.where(truncated, t, truncated_at)
-        else:
-            rewards = reward + jax.lax.cond(
-                truncated.any(),
-                lambda: jnp.where(truncated, config.gamma * apply_fn(params, final_obs)[1], 0.0),
-                lambda: jnp.zeros_like(reward),
-            )
-        done = terminated | truncated
-        episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
-        out = dict(
-            obs=c.obs,
-            actions=actions,
-            logp=logp,
-            dist_inputs=inputs,
-            values=values,
-            rewards=rewards,
-            discounts=jnp.where(done, 0.0, config.gamma).astype(jnp.float32),
-        )
-        ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
-        c = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
-        return (c, truncated_obs, truncated_at), (out, ended)
-
+    step = functools.partial(_step, env, env_params, policy, act, config, params, env_steps, num_envs, once)
     inner: tuple[EnvCarry, Any, Any] = (
         (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32)) if once else (carry, None, None)
     )
@@ -111,8 +76,59 @@ def rollout(
         step, inner, (jnp.arange(num_steps), jax.random.split(key, num_steps))
     )
     if once:
-        bootstrap = jnp.where(truncated_at >= 0, config.gamma * apply_fn(params, truncated_obs)[1], 0.0)
-        traj["rewards"] = traj["rewards"].at[jnp.maximum(truncated_at, 0), jnp.arange(num_envs)].add(bootstrap)
-    traj["bootstrap_value"] = apply_fn(params, carry.obs)[1]
+        cut = jnp.arange(num_steps)[:, None] == truncated_at[None, :]  # [T, B]: where each env truncated
+        v_final = policy.apply(params, truncated_obs)[1]
+        traj["rewards"], _ = truncation_bootstrap(traj["rewards"], jnp.zeros_like(cut), cut, config.gamma, v_final)
+    traj["bootstrap_value"] = policy.apply(params, carry.obs)[1]
     traj["last_obs"] = carry.obs
     return carry, traj, ended
+
+
+def _step(
+    env: Any,
+    env_params: Any,
+    policy: Policy,
+    act: Callable[..., Any] | None,
+    config: Any,
+    params: Any,
+    env_steps: Array,
+    num_envs: int,
+    once: bool,
+    inner: tuple[EnvCarry, Any, Any],
+    xs: tuple[Array, Array],
+) -> tuple[tuple[EnvCarry, Any, Any], tuple[dict[str, Array], tuple[Array, Array]]]:
+    """One step of :func:`rollout`'s scan; with ``once``, truncations are only remembered."""
+    c, truncated_obs, truncated_at = inner
+    t, key = xs
+    k_act, k_env = jax.random.split(key)
+    inputs, values = policy.apply(params, c.obs)
+    if act is None:
+        actions, logp = policy.distribution.sample(k_act, inputs)
+    else:
+        actions, logp = act(k_act, inputs, env_steps + t * num_envs, config)
+    obs, env_state, reward, terminated, truncated, final_obs = step_envs(
+        env, env_params, jax.random.split(k_env, num_envs), c.env_state, actions
+    )
+    if once:  # bootstrapped after the scan, from the remembered final observations
+        v_final = jnp.zeros_like(reward)
+        truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_obs, truncated_obs)
+        truncated_at = jnp.where(truncated, t, truncated_at)
+    else:
+        v_final = jax.lax.cond(
+            truncated.any(), lambda: policy.apply(params, final_obs)[1], lambda: jnp.zeros_like(reward)
+        )
+    rewards, discounts = truncation_bootstrap(reward, terminated, truncated, config.gamma, v_final)
+    done = terminated | truncated
+    episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
+    out = dict(
+        obs=c.obs,
+        actions=actions,
+        logp=logp,
+        dist_inputs=inputs,
+        values=values,
+        rewards=rewards,
+        discounts=discounts.astype(jnp.float32),
+    )
+    ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
+    c = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
+    return (c, truncated_obs, truncated_at), (out, ended)

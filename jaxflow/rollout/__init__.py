@@ -11,11 +11,11 @@ from jaxflow.rollout.batch import (
     sum_timings,
     train_arrays,
 )
-from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.evaluation import evaluate_policies, evaluate_policy, evaluation_seed, summarize_returns
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
-from jaxflow.rollout.truncation import bootstrap_truncations
+from jaxflow.rollout.truncation import bootstrap_truncations, truncation_bootstrap
 from jaxflow.rollout.worker import Rollout, RolloutWorker, Stopwatch, WorkerSpec, make_vector_envs
 from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
@@ -38,10 +38,14 @@ __all__ = [
     "WorkerSpec",
     "bootstrap_truncations",
     "concat_batches",
+    "evaluate_policies",
     "evaluate_policy",
+    "evaluation_seed",
     "example_train_batch",
     "flatten_time_major",
     "make_vector_envs",
     "sum_timings",
+    "summarize_returns",
     "train_arrays",
+    "truncation_bootstrap",
 ]

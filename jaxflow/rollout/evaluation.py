@@ -1,7 +1,9 @@
-"""Running a policy's greedy actions for a number of episodes, on the host."""
+"""Greedy evaluation on the host: a policy (or, in a multi-agent run, every policy for its
+agents) plays its greedy actions for a number of episodes, and one summary of the returns."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -12,10 +14,27 @@ from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.policies.policy import Policy
 
 
+def evaluation_seed(config: Any, seed: int | None) -> int:
+    """``seed``, or by default one apart from every seed training used."""
+    return config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
+
+
+def summarize_returns(returns: Sequence[float], **extra: Any) -> dict[str, Any]:
+    """Every evaluator's result: episodes, mean and standard deviation of the return, the returns."""
+    r = np.asarray(returns, np.float64)
+    return {
+        "episodes": len(r),
+        "return_mean": float(r.mean()),
+        "return_std": float(r.std()),
+        "returns": r.tolist(),
+        **extra,
+    }
+
+
 def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
     of ``config.env``, stepped on the host."""
-    seed = config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
+    seed = evaluation_seed(config, seed)
     env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
     act = jax.jit(policy.greedy)
     returns, lengths = [], []
@@ -30,11 +49,34 @@ def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, see
         returns.append(total)
         lengths.append(n)
     env.close()
-    r = np.asarray(returns)
-    return {
-        "episodes": episodes,
-        "return_mean": float(r.mean()),
-        "return_std": float(r.std()),
-        "returns": returns,
-        "lengths": lengths,
+    return summarize_returns(returns, lengths=lengths)
+
+
+def evaluate_policies(
+    config: Any,
+    policies: Mapping[str, Policy],
+    params: Mapping[str, Any],
+    mapping: Mapping[str, str],
+    episodes: int,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """A multi-agent run's :func:`evaluate_policy`: every policy acting greedily for its agents
+    (``mapping``: agent -> policy) in ``episodes`` episodes of ``config.env``. The return of an
+    episode is summed over its agents; ``policies`` in the result holds each policy's mean
+    return per agent."""
+    env = envs.MultiAgentVectorEnv(config.env, 1, evaluation_seed(config, seed), config.env_config)
+    act = {pid: jax.jit(policy.greedy) for pid, policy in policies.items()}
+    obs = env.reset()
+    ended_returns: list[np.ndarray] = []
+    while len(ended_returns) < episodes:
+        actions = {a: np.asarray(act[pid](params[pid], obs[a])) for a, pid in mapping.items()}
+        obs = env.step(actions).obs
+        ended = env.pop_episodes()
+        if len(ended[env.agents[0]][0]):
+            ended_returns.append(np.stack([ended[a][0] for a in env.agents]))  # [agents, episodes ended]
+    env.close()
+    per_agent = np.concatenate(ended_returns, axis=1)[:, :episodes]
+    by_policy = {
+        pid: float(np.mean([per_agent[i] for i, a in enumerate(env.agents) if mapping[a] == pid])) for pid in policies
     }
+    return summarize_returns(per_agent.sum(axis=0), policies=by_policy)

@@ -3,8 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+
+
+def truncation_bootstrap(r_t: Any, terminated: Any, truncated: Any, gamma: float, v_final: Any) -> tuple[Any, Any]:
+    """Rewards and discounts of steps whose episodes may have ended: the rule itself, on numpy
+    or JAX arrays of one shape (or broadcasting ``v_final``).
+
+    A truncated episode (a time limit, not a terminal state) gets ``gamma * v_final`` (the
+    value of its final observation) added to its last reward, and every ended episode's
+    discount is 0, so returns bootstrap from the value on a time limit but not on a real
+    termination and learners need no extra field for it (Pardo et al., 2018, "Time Limits in
+    Reinforcement Learning"). Host rollouts use it through :func:`bootstrap_truncations`;
+    device mode (``jaxflow.ondevice.rollout``) calls it inside its compiled scan.
+
+    Example:
+        >>> r, d = truncation_bootstrap(np.ones(3), np.array([True, False, False]),
+        ...                             np.array([False, True, False]), 0.5, np.full(3, 4.0))
+        >>> r.tolist(), d.tolist()
+        ([1.0, 3.0, 1.0], [0.0, 0.0, 0.5])
+    """
+    cut = truncated & ~terminated
+    return r_t + gamma * cut * v_final, gamma * ~(terminated | truncated)
 
 
 def bootstrap_truncations(
@@ -14,14 +36,9 @@ def bootstrap_truncations(
     gamma: float,
     final_value: Callable[[], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rewards and discounts ``[B]`` of one step of B environments, on the host.
-
-    A truncated episode (a time limit, not a terminal state) gets ``gamma * V(final_obs)``
-    added to its last reward, and every ended episode's discount is 0, so returns bootstrap
-    from the value on a time limit but not on a real termination and learners need no extra
-    field for it (Pardo et al., 2018, "Time Limits in Reinforcement Learning"). The values
-    ``final_value()`` of the final observations are asked for only when some episode was
-    truncated. Device mode does the same on the device (``jaxflow.ondevice.rollout``).
+    """:func:`truncation_bootstrap` for one step of B environments on the host, where the
+    values ``final_value()`` of the final observations cost a forward pass: asked for only
+    when some episode was truncated.
 
     Example:
         >>> r, d = bootstrap_truncations(np.ones(3), np.array([True, False, False]),
@@ -29,7 +46,5 @@ def bootstrap_truncations(
         >>> r.tolist(), d.tolist()
         ([1.0, 3.0, 1.0], [0.0, 0.0, 0.5])
     """
-    cut = truncated & ~terminated
-    if cut.any():
-        r_t = r_t + gamma * cut * final_value()
-    return r_t, gamma * ~(terminated | truncated)
+    v_final = final_value() if (truncated & ~terminated).any() else 0.0
+    return truncation_bootstrap(r_t, terminated, truncated, gamma, v_final)

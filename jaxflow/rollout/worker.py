@@ -83,6 +83,21 @@ def make_vector_envs(
     return [envs.VectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation) for g in range(groups)]
 
 
+def empty_fragment(T: int, B: int, obs: np.ndarray, dist: Any, num_inputs: int) -> dict[str, np.ndarray]:
+    """The per-step fields of a ``[T, B]`` fragment, to be filled step by step: observations
+    like ``obs`` (``[B, ...]``), the distribution's actions and ``num_inputs`` inputs, and
+    float32 log-probabilities, values, rewards and discounts."""
+    return dict(  # in the order of the fields every fragment has had
+        obs=np.empty((T, B) + obs.shape[1:], obs.dtype),
+        actions=np.empty((T, B, *dist.action_shape), dist.action_dtype),
+        logp=np.empty((T, B), np.float32),
+        dist_inputs=np.empty((T, B, num_inputs), np.float32),
+        values=np.empty((T, B), np.float32),
+        rewards=np.empty((T, B), np.float32),
+        discounts=np.empty((T, B), np.float32),
+    )
+
+
 class Rollout(NamedTuple):
     """A fragment as stepped, before the postprocess: what :class:`SampleBatch` is made of."""
 
@@ -176,11 +191,10 @@ class RolloutWorker:
         cfg, T, n = self.config, self.config.rollout.rollout_fragment_length, self.envs[0].num_envs
         B = n * len(self.envs)
         out = [self._forward(params, o) for o in self._obs]
-        obs = np.empty((T, B) + self._obs[0].shape[1:], self._obs[0].dtype)
         dist = self.policy.distribution
-        actions = np.empty((T, B, *dist.action_shape), dist.action_dtype)
-        logp, values, rewards, discounts = (np.empty((T, B), np.float32) for _ in range(4))
-        dist_inputs = np.empty((T, B, out[0].shape[1] - 1), np.float32)
+        frag = empty_fragment(T, B, self._obs[0], dist, out[0].shape[1] - 1)
+        obs, actions, logp, values = frag["obs"], frag["actions"], frag["logp"], frag["values"]
+        rewards, discounts, dist_inputs = frag["rewards"], frag["discounts"], frag["dist_inputs"]
 
         def act(g: int, t: int) -> None:
             # The copies into the fragment run while the group's emulators (ALE's threads) step.
@@ -225,17 +239,7 @@ class RolloutWorker:
         with policy_watch:
             bootstrap_value = np.concatenate([unpack(o)[1] for o in out])
         last_obs = self._obs[0] if len(self._obs) == 1 else np.concatenate(self._obs)
-        traj = dict(
-            obs=obs,
-            actions=actions,
-            logp=logp,
-            dist_inputs=dist_inputs,
-            values=values,
-            rewards=rewards,
-            discounts=discounts,
-            bootstrap_value=bootstrap_value,
-            last_obs=last_obs,
-        )
+        traj = dict(frag, bootstrap_value=bootstrap_value, last_obs=last_obs)
         self.env_steps += T * B
         returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
