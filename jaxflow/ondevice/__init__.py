@@ -1,8 +1,9 @@
 """On-device training for JAX environments (Anakin): rollout and update compiled together."""
 
 from jaxflow.ondevice.members import Member, members, with_hyper
-from jaxflow.ondevice.program import AnakinState, DeviceProgram, OnDevice
+from jaxflow.ondevice.program import AnakinState, DeviceProgram
 from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
+from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.spec import DeviceReplay, DeviceSpec, flat_batch
 from jaxflow.ondevice.update import replay_update
 
