@@ -19,13 +19,13 @@ from jaxflow.algorithms.maml.config import MAMLConfig
 from jaxflow.algorithms.maml.losses import collect, collect_jit, evaluate_adaptation, meta_update, shard_key
 from jaxflow.algorithms.maml.plan import plan, record
 from jaxflow.api.ray_program import init_ray
-from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.envs.tasks import make_task_distribution
 from jaxflow.learn.sgd import TrainState, make_optimizer
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.evaluation import evaluation_seed
 from jaxflow.rollout.worker_set import jax_actor
 
 Array = jax.Array
@@ -158,7 +158,7 @@ class MAMLProgram:
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
         """Adaptation to ``episodes`` held-out tasks (drawn from ``seed``, by default a seed
         apart from training's): see :func:`evaluate_adaptation`."""
-        seed = self.config.seed + EVALUATION_SEED_OFFSET if seed is None else seed
+        seed = evaluation_seed(self.config, seed)
         return evaluate_adaptation(self.collect, self.get_weights(member), jax.random.PRNGKey(seed), episodes)
 
     def stop(self) -> None:
