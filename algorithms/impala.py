@@ -152,7 +152,7 @@ def evaluate_sequences(params: Any, batch: Mapping[str, Array], policy: Policy) 
         all_obs = rebuild_stacks(batch["frames"], batch["stack_index"])
     else:
         all_obs = jnp.concatenate([batch["obs"], batch["last_obs"][:, None]], axis=1)
-    B, T = batch["actions"].shape
+    B, T = batch["actions"].shape[:2]
     inputs, values = policy.apply(params, all_obs.reshape((B * (T + 1),) + all_obs.shape[2:]))
     # Time-major, the step after the fragment dropped, flat for the distribution: [T * B, D].
     inputs = jnp.swapaxes(inputs.reshape(B, T + 1, -1), 0, 1)[:-1].reshape(T * B, -1)

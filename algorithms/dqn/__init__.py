@@ -32,6 +32,7 @@ DQN = register_algorithm(
         plan,
         postprocess,
         policy=q_policy,
+        action_spaces=("Discrete",),  # one Q-value per action
         learner=LearnerHooks(sgd=lambda c: (1, c.train_batch_size), target_network=True),
         workers=WorkerHooks(explore=explore, encode=encode),
         run=RunHooks(

@@ -60,4 +60,6 @@ __all__ = [
     "shard_key",
 ]
 
-MAML = register_algorithm(AlgorithmSpec("MAML", MAMLConfig, loss, plan, run=RunHooks(program=MAMLProgram)))
+MAML = register_algorithm(
+    AlgorithmSpec("MAML", MAMLConfig, loss, plan, action_spaces=("Discrete",), run=RunHooks(program=MAMLProgram))
+)

@@ -9,7 +9,8 @@ from typing import Any
 
 from jaxflow import envs
 from jaxflow.algorithms.multiagent.config import MultiAgentConfig
-from jaxflow.api.ray_program import build_learner, check_spaces, init_ray, stop_run
+from jaxflow.api.ray_program import build_learner, init_ray, stop_run
+from jaxflow.api.spaces import check_spaces
 from jaxflow.config.fields import require
 from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
@@ -67,7 +68,7 @@ class MultiAgentProgram:
                 all(s == spaces[0] for s in spaces),
                 f"MultiAgentConfig: the agents of policy {pid!r} ({own}) have different spaces.",
             )
-            self.policy[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(config.env, *spaces[0]))
+            self.policy[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(pspec, config.env, *spaces[0]))
             worker_specs[pid] = WorkerSpec(
                 pconfig, self.policy[pid], pspec.postprocess, None, pspec.workers.encode, pspec.workers.explore
             )

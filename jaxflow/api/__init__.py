@@ -6,7 +6,7 @@ from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load
 from jaxflow.api.cli import MODES, main
 from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
 from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program
-from jaxflow.api.ray_program import RayProgram, build_learner, check_spaces, env_spaces, init_ray
+from jaxflow.api.ray_program import RayProgram, build_learner, init_ray
 from jaxflow.api.registry import (
     ENTRY_POINT_GROUP,
     device_algorithms,
@@ -16,6 +16,7 @@ from jaxflow.api.registry import (
     register_algorithm,
     spec_of,
 )
+from jaxflow.api.spaces import check_spaces, env_spaces
 from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
 

@@ -110,6 +110,7 @@ def _train(args: argparse.Namespace) -> int:
     from jaxflow.api.program import resolve_mode
     from jaxflow.api.ray_program import init_ray
     from jaxflow.api.registry import get_algorithm
+    from jaxflow.api.spaces import env_spaces
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
     if args.resume:
@@ -136,6 +137,8 @@ def _train(args: argparse.Namespace) -> int:
         else:
             raise ConfigError("train needs --algo NAME, --multiagent FILE or --resume LOGDIR.")
         mode = resolve_mode(config, spec)
+        if spec.run.program is None:  # a standard program acts in config.env: its spaces are checked before Ray starts
+            env_spaces(config, spec)
         logdir = args.logdir or os.path.join(
             "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
@@ -190,9 +193,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _list() -> int:
     from jaxflow import envs
-    from jaxflow.api.registry import device_algorithms, list_algorithms, multiagent_algorithms
+    from jaxflow.api.registry import algorithms_for_space, device_algorithms, list_algorithms, multiagent_algorithms
+    from jaxflow.api.spec import ACTION_SPACES
 
     print("algorithms:", ", ".join(list_algorithms()))
+    for space in ACTION_SPACES:
+        print(f"for {space} action spaces:", ", ".join(algorithms_for_space(space)))
     print("with device mode (gymnax envs):", ", ".join(device_algorithms()))
     print("for policies of multi-agent runs (--multiagent FILE):", ", ".join(multiagent_algorithms()))
     for kind in ("gymnasium", "gymnax", "multiagent"):

@@ -70,9 +70,13 @@ def standard_program(config: Any, spec: AlgorithmSpec, mode: str) -> Program:
     """The program of an algorithm made of a plan (and optionally a device mode): Ray
     rollout workers + learner + plan, or rollout and update compiled on the device."""
     from jaxflow.api.ray_program import RayProgram
+    from jaxflow.api.spaces import env_spaces
     from jaxflow.ondevice.program import DeviceProgram
 
-    return DeviceProgram(config, spec) if mode == "device" else RayProgram(config, spec)
+    if mode == "device":
+        env_spaces(config, spec)  # refused before anything compiles
+        return DeviceProgram(config, spec)
+    return RayProgram(config, spec)
 
 
 def build_program(config: Any, spec: AlgorithmSpec) -> Program:

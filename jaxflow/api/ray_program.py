@@ -11,8 +11,8 @@ from typing import Any
 import gymnasium
 import jax
 
-from jaxflow import envs
 from jaxflow.api.program import CheckpointFiles
+from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
@@ -66,7 +66,7 @@ class RayProgram:
         # it out of the first iteration.
         if self.spec.learner.train_batch_env_steps is None:
             return None
-        obs_space, _ = env_spaces(self.config)
+        obs_space, _ = env_spaces(self.config, self.spec)
         batch = example_train_batch(worker_spec, obs_space, self.spec.learner.train_batch_env_steps(self.config))
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="learner-warm-up")
         future = pool.submit(self.learner.warm_up, batch)
@@ -108,28 +108,6 @@ def stop_run(results: LocalIterator[Any], learners: list[Learner], workers: Work
         log.warning("some of the plan's background threads did not end within %.0f s", THREAD_JOIN_TIMEOUT_S)
 
 
-def env_spaces(config: Any) -> tuple[gymnasium.Space, gymnasium.Space]:
-    """The observation and action spaces of ``config.env`` (checked by :func:`check_spaces`)."""
-    env = envs.make_cpu(config.env, **config.env_config)
-    spaces = env.observation_space, env.action_space
-    env.close()
-    return check_spaces(config.env, *spaces)
-
-
-def check_spaces(
-    env_id: str, obs_space: gymnasium.Space, action_space: gymnasium.Space
-) -> tuple[gymnasium.Space, gymnasium.Space]:
-    """The spaces, if the policies here support them: Box observations, Discrete actions."""
-    if not isinstance(action_space, gymnasium.spaces.Discrete):
-        raise ConfigError(
-            f"Environment {env_id!r} has action space {action_space}; the policies here "
-            "support Discrete action spaces only."
-        )
-    if not isinstance(obs_space, gymnasium.spaces.Box):
-        raise ConfigError(f"Environment {env_id!r} has observation space {obs_space}; a Box space is needed.")
-    return obs_space, action_space
-
-
 def build_learner(
     config: Any,
     spec: AlgorithmSpec,
@@ -141,7 +119,7 @@ def build_learner(
     replaces the algorithm's own (e.g. the same one with another convolution)."""
     if spec.loss is None:
         raise ConfigError(f"{spec.name} has no loss: it runs as its own program, not with a learner.")
-    obs_space, action_space = spaces or env_spaces(config)
+    obs_space, action_space = spaces or env_spaces(config, spec)
     policy = policy or spec.policy(config, obs_space, action_space)
     params = policy.init(jax.random.PRNGKey(config.seed))
     num_epochs, minibatch_size = spec.learner.sgd(config)

@@ -79,3 +79,8 @@ def device_algorithms() -> list[str]:
 def multiagent_algorithms() -> list[str]:
     """Names of the algorithms that can train a policy of a multi-agent run."""
     return sorted(spec.name for spec in _load_all().values() if spec.run.flow is not None)
+
+
+def algorithms_for_space(kind: str) -> list[str]:
+    """Names of the algorithms that act in action spaces of class ``kind`` (e.g. ``"Box"``)."""
+    return [name for name in list_algorithms() if kind in _ALGORITHMS[name.upper()].action_spaces]

@@ -11,6 +11,10 @@ from jaxflow.policies.build import actor_critic_policy
 from jaxflow.policies.policy import Policy
 from jaxflow.replay.shards import ReplayShards
 
+ACTION_SPACES = ("Box", "Discrete", "MultiDiscrete")
+"""The gymnasium action spaces a policy of the engine can act in (see
+:func:`~jaxflow.policies.distribution_for`)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class LearnerHooks:
@@ -88,6 +92,9 @@ class AlgorithmSpec:
     distribution every part of a run acts with (workers, learner, device mode, evaluation);
     default an actor-critic, convolutional for image observations, with the action space's
     distribution (see :func:`~jaxflow.policies.actor_critic_policy`)."""
+    action_spaces: tuple[str, ...] = ACTION_SPACES
+    """The gymnasium action space classes the algorithm acts in (by class name): any env
+    with another one is refused before a run starts, naming the algorithms that can."""
     learner: LearnerHooks = LearnerHooks()
     workers: WorkerHooks = WorkerHooks()
     run: RunHooks = RunHooks()

@@ -33,6 +33,8 @@ class CommonConfig:
     """Widths of the MLP torso's layers (flat observations)."""
     conv_torso: Literal["nature", "impala"] = "nature"
     """Convolutional torso for image observations ([k, H, W] frame stacks): Nature DQN's CNN or IMPALA's ResNet."""
+    state_dependent_std: bool = False
+    """Box actions: the Gaussian's log-std is an output of the network (else one learned parameter per action dimension)."""
     metrics_num_episodes: int = param(100, POSITIVE)
     """episode_return_mean averages this many most recent episodes."""
     min_env_steps_per_iteration: int = param(0, NON_NEGATIVE)

@@ -18,13 +18,18 @@ def is_frame_stack(obs_shape: Sequence[int]) -> bool:
 
 
 def actor_critic_network(
-    obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int], torso: str = "nature"
+    obs_shape: Sequence[int],
+    num_outputs: int,
+    hidden_sizes: Sequence[int],
+    torso: str = "nature",
+    num_free_outputs: int = 0,
 ) -> nn.Module:
-    """The policy network for an observation shape: a convolutional torso for image frame
-    stacks (``[k, H, W]``), an MLP on the flattened observation for everything else."""
+    """The policy network for an observation shape and a distribution's inputs
+    (``num_outputs``, of which ``num_free_outputs`` are parameters): a convolutional torso
+    for image frame stacks (``[k, H, W]``), an MLP on the flattened observation for everything else."""
     if is_frame_stack(obs_shape):
-        return ConvActorCritic(num_actions, torso)
-    return MLPActorCritic(num_actions, tuple(hidden_sizes), max(1, len(obs_shape)))
+        return ConvActorCritic(num_outputs, torso, num_free_outputs=num_free_outputs)
+    return MLPActorCritic(num_outputs, tuple(hidden_sizes), max(1, len(obs_shape)), num_free_outputs)
 
 
 def q_network(

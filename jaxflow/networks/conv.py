@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxflow.networks.mlp import policy_head
+
 ConvFn = Callable[..., jax.Array]
 """A function with ``lax.conv_general_dilated``'s signature (``flax.linen.Conv``'s ``conv_general_dilated``)."""
 
@@ -217,23 +219,26 @@ def _make_torso(name: str, rgb: bool, conv: ConvFn | None) -> nn.Module:
 
 
 class ConvActorCritic(nn.Module):
-    """Policy logits and state value on one shared convolutional torso (``"nature"``:
-    :class:`NatureCNN`, ``"impala"``: :class:`ImpalaResNet`), as in the A3C/PPO/IMPALA
-    Atari agents. Returns ``(logits [*batch, A], value [*batch])`` like :class:`MLPActorCritic`.
+    """Policy's distribution inputs and state value on one shared convolutional torso
+    (``"nature"``: :class:`NatureCNN`, ``"impala"``: :class:`ImpalaResNet`), as in the
+    A3C/PPO/IMPALA Atari agents. Returns ``(inputs [*batch, D], value [*batch])`` like
+    :class:`~jaxflow.networks.mlp.MLPActorCritic`.
     """
 
-    num_actions: int
+    num_outputs: int
     torso: str = "nature"
     rgb: bool = False
     conv: ConvFn | None = None
     """The torso's convolution (None: the torso's default)."""
+    num_free_outputs: int = 0
+    """Outputs that are parameters, not functions of the observation (see :func:`policy_head`)."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = _make_torso(self.torso, self.rgb, self.conv)(obs)
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(h)
+        inputs = policy_head(self, h, self.num_outputs, self.num_free_outputs)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(h)
-        return logits, value[..., 0]
+        return inputs, value[..., 0]
 
 
 class ConvQNetwork(nn.Module):

@@ -10,17 +10,32 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def policy_head(module: nn.Module, h: jax.Array, num_outputs: int, num_free_outputs: int = 0) -> jax.Array:
+    """A policy's distribution inputs ``[*batch, num_outputs]`` from features ``h``: a dense
+    layer of small orthogonal initialisation (near-uniform / near-zero-mean first actions),
+    then ``num_free_outputs`` parameters of ``module`` that do not depend on the observation
+    (a Gaussian's state-independent log-std, initialised to 0), broadcast over the batch."""
+    out = nn.Dense(num_outputs - num_free_outputs, kernel_init=nn.initializers.orthogonal(0.01))(h)
+    if num_free_outputs:
+        free = module.param("free_inputs", nn.initializers.zeros, (num_free_outputs,))
+        out = jnp.concatenate([out, jnp.broadcast_to(free, (*out.shape[:-1], num_free_outputs))], axis=-1)
+    return out
+
+
 class MLPActorCritic(nn.Module):
-    """Separate tanh MLPs for the policy logits and the state value.
+    """Separate tanh MLPs for the policy's distribution inputs and the state value.
 
     Orthogonal initialisation with a small policy head, as in the PPO
     implementation study (Andrychowicz et al., 2021, "What Matters in On-Policy RL").
     """
 
-    num_actions: int
+    num_outputs: int
+    """The distribution's inputs per observation (``ActionDistribution.num_inputs``)."""
     hidden_sizes: Sequence[int] = (64, 64)
     obs_ndim: int = 1
     """Trailing axes of an observation, flattened into the first layer's input (3 for MinAtar's [10, 10, 4])."""
+    num_free_outputs: int = 0
+    """Of those, how many are parameters rather than outputs (``ActionDistribution.num_free_inputs``)."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -31,9 +46,9 @@ class MLPActorCritic(nn.Module):
                 h = jnp.tanh(nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(h))
             return h
 
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.orthogonal(0.01))(torso(x))
+        inputs = policy_head(self, torso(x), self.num_outputs, self.num_free_outputs)
         value = nn.Dense(1, kernel_init=nn.initializers.orthogonal(1.0))(torso(x))
-        return logits, value[..., 0]
+        return inputs, value[..., 0]
 
 
 class MLPQNetwork(nn.Module):

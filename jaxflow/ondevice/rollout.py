@@ -107,7 +107,7 @@ def _step(
     else:
         actions, logp = act(k_act, inputs, env_steps + t * num_envs, config)
     obs, env_state, reward, terminated, truncated, final_obs = step_envs(
-        env, env_params, jax.random.split(k_env, num_envs), c.env_state, actions
+        env, env_params, jax.random.split(k_env, num_envs), c.env_state, policy.distribution.to_env(actions)
     )
     if once:  # bootstrapped after the scan, from the remembered final observations
         v_final = jnp.zeros_like(reward)

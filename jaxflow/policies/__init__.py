@@ -2,14 +2,22 @@
 and evaluation alike."""
 
 from jaxflow.policies.build import actor_critic_policy, q_policy
-from jaxflow.policies.distributions import ActionDistribution, Categorical, Greedy, distribution_for, sample_categorical
+from jaxflow.policies.categorical import Categorical, Greedy, MultiCategorical, sample_categorical
+from jaxflow.policies.distributions import BOX_KINDS, ActionDistribution, distribution_for
+from jaxflow.policies.gaussian import BoxBounds, Deterministic, Gaussian, SquashedGaussian
 from jaxflow.policies.policy import Policy, actor_critic_outputs, q_value_outputs, unpack
 
 __all__ = [
+    "BOX_KINDS",
     "ActionDistribution",
+    "BoxBounds",
     "Categorical",
+    "Deterministic",
+    "Gaussian",
     "Greedy",
+    "MultiCategorical",
     "Policy",
+    "SquashedGaussian",
     "actor_critic_outputs",
     "actor_critic_policy",
     "distribution_for",

@@ -8,17 +8,20 @@ from typing import Any
 import gymnasium
 
 from jaxflow.networks.build import actor_critic_network, q_network
-from jaxflow.policies.distributions import Greedy, distribution_for
+from jaxflow.policies.categorical import Greedy
+from jaxflow.policies.distributions import distribution_for
 from jaxflow.policies.policy import Policy, q_value_outputs
 
 
 def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:
     """An actor-critic network (convolutional for frame stacks, else an MLP of
-    ``config.hidden_sizes``) and the action space's distribution."""
-    distribution = distribution_for(action_space)
-    assert isinstance(action_space, gymnasium.spaces.Discrete)  # the only space distribution_for takes yet
+    ``config.hidden_sizes``) and the action space's distribution (a ``Box``: a Gaussian,
+    its log-std state-dependent if ``config.state_dependent_std``)."""
+    distribution = distribution_for(action_space, "gaussian", config.state_dependent_std)
     obs_shape = tuple(obs_space.shape or ())
-    network = actor_critic_network(obs_shape, int(action_space.n), config.hidden_sizes, config.conv_torso)
+    network = actor_critic_network(
+        obs_shape, distribution.num_inputs, config.hidden_sizes, config.conv_torso, distribution.num_free_inputs
+    )
     return Policy(network, distribution, obs_shape)
 
 

@@ -1,22 +1,25 @@
 """Action distributions: how a policy turns its network's output into actions.
 
 A distribution takes the network's *distribution inputs* for a batch, ``[B, D]`` (logits
-for a categorical), and gives what each user of a policy needs: samples and their
-log-probabilities in JAX (device mode, losses), the same samples drawn in numpy on a
-rollout worker's host, the greedy action (evaluation), entropy, and a ``distrax``
-distribution for anything else a loss wants. Gaussian, squashed Gaussian,
-multi-categorical and masked distributions are further classes with these methods.
+for a categorical, means and log-stds for a Gaussian), and gives what each user of a policy
+needs: samples and their log-probabilities in JAX (device mode, losses), the same samples
+drawn in numpy on a rollout worker's host, the greedy action (evaluation), entropy, a
+``distrax`` distribution for anything else a loss wants, and the map of an action onto the
+environment's space (:meth:`ActionDistribution.to_env`). :func:`distribution_for` picks one
+from a gymnasium action space; the classes live in :mod:`~jaxflow.policies.categorical` and
+:mod:`~jaxflow.policies.gaussian`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 import distrax
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+from jaxflow.policies.categorical import Categorical, MultiCategorical
+from jaxflow.policies.gaussian import BoxBounds, Deterministic, Gaussian, SquashedGaussian
 
 Array = jax.Array
 
@@ -37,6 +40,17 @@ class ActionDistribution(Protocol):
     @property
     def action_dtype(self) -> Any:
         """Numpy dtype of an action."""
+        ...
+
+    @property
+    def num_inputs(self) -> int:
+        """``D``: how many distribution inputs the network gives per observation."""
+        ...
+
+    @property
+    def num_free_inputs(self) -> int:
+        """How many of the ``D`` inputs (the last ones) are parameters of the network rather
+        than functions of the observation (a state-independent log-std), else 0."""
         ...
 
     def sample(self, key: Array, inputs: Array) -> tuple[Array, Array]:
@@ -63,91 +77,45 @@ class ActionDistribution(Protocol):
         """The distribution as a ``distrax`` object."""
         ...
 
+    def to_env(self, actions: Any) -> Any:
+        """Actions as the environment takes them (numpy or JAX, as given): a ``Box``'s
+        actions rescaled from ``[-1, 1]`` to its bounds; discrete ones unchanged."""
+        ...
 
-@dataclasses.dataclass(frozen=True)
-class Categorical:
-    """``a ~ softmax(logits)`` over ``num_actions`` discrete actions (inputs: logits ``[B, A]``).
+
+BOX_KINDS = ("gaussian", "squashed", "deterministic")
+"""How a policy acts in a ``Box``: :class:`Gaussian`, :class:`SquashedGaussian`, :class:`Deterministic`."""
+
+
+def distribution_for(action_space: Any, box: str = "gaussian", state_dependent_std: bool = False) -> ActionDistribution:
+    """The action distribution of a policy acting in ``action_space`` (a gymnasium space):
+    categorical for ``Discrete``, independent categoricals for ``MultiDiscrete``, and for a
+    1-D ``Box`` with finite bounds the kind named by ``box`` (one of :data:`BOX_KINDS`).
+    Other spaces raise ``TypeError`` naming what is supported.
 
     Example:
-        >>> dist = Categorical(3)
-        >>> a, logp = dist.sample_host(np.random.default_rng(0), np.log(np.array([[0.0, 1.0, 0.0]]) + 1e-30))
-        >>> a.tolist(), np.round(logp, 4).tolist()
-        ([1], [0.0])
+        >>> import gymnasium
+        >>> distribution_for(gymnasium.spaces.Box(-2.0, 2.0, (1,))).num_inputs
+        2
     """
-
-    num_actions: int
-    action_shape: ClassVar[tuple[int, ...]] = ()
-    action_dtype: ClassVar[Any] = np.int32
-
-    def sample(self, key: Array, inputs: Array) -> tuple[Array, Array]:
-        actions = jax.random.categorical(key, inputs).astype(jnp.int32)
-        return actions, self.log_prob(inputs, actions)
-
-    def log_prob(self, inputs: Array, actions: Array) -> Array:
-        return jnp.take_along_axis(jax.nn.log_softmax(inputs), actions[:, None], axis=-1)[:, 0]
-
-    def entropy(self, inputs: Array) -> Array:
-        return self.to_distrax(inputs).entropy()
-
-    def mode(self, inputs: Array) -> Array:
-        return jnp.argmax(inputs, axis=-1).astype(jnp.int32)
-
-    def sample_host(self, rng: np.random.Generator, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return sample_categorical(rng, inputs)
-
-    def to_distrax(self, inputs: Array) -> distrax.Distribution:
-        return distrax.Categorical(logits=inputs)
-
-
-def sample_categorical(rng: np.random.Generator, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Samples ``a ~ softmax(logits)`` per row by the Gumbel-max trick; returns ``(a, log p(a))``.
-
-    Done in numpy on the host: drawing the noise with JAX's counter-based PRNG
-    inside the jitted policy costs more than the network itself on a CPU.
-    """
-    actions = np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1).astype(np.int32)
-    z = logits - logits.max(axis=-1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return actions, np.take_along_axis(logp, actions[:, None], axis=-1)[:, 0].astype(np.float32)
-
-
-@dataclasses.dataclass(frozen=True)
-class Greedy:
-    """The action of highest value, always (inputs: Q-values ``[B, A]``): a Q-network's own
-    policy, of log-probability 0. Value-based algorithms explore around it with their own
-    ``explore`` hooks (epsilon-greedy)."""
-
-    num_actions: int
-    action_shape: ClassVar[tuple[int, ...]] = ()
-    action_dtype: ClassVar[Any] = np.int32
-
-    def sample(self, key: Array, inputs: Array) -> tuple[Array, Array]:
-        del key
-        actions = self.mode(inputs)
-        return actions, jnp.zeros(actions.shape, jnp.float32)
-
-    def log_prob(self, inputs: Array, actions: Array) -> Array:
-        return jnp.where(actions == self.mode(inputs), 0.0, -jnp.inf)
-
-    def entropy(self, inputs: Array) -> Array:
-        return jnp.zeros(inputs.shape[:1], jnp.float32)
-
-    def mode(self, inputs: Array) -> Array:
-        return jnp.argmax(inputs, axis=-1).astype(jnp.int32)
-
-    def sample_host(self, rng: np.random.Generator, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        del rng
-        return inputs.argmax(axis=-1).astype(np.int32), np.zeros(inputs.shape[0], np.float32)
-
-    def to_distrax(self, inputs: Array) -> distrax.Distribution:
-        return distrax.Deterministic(self.mode(inputs))
-
-
-def distribution_for(action_space: Any) -> ActionDistribution:
-    """The action distribution of a policy acting in ``action_space`` (a gymnasium space):
-    categorical for ``Discrete``. Other spaces raise ``TypeError`` naming what is supported."""
     import gymnasium
 
     if isinstance(action_space, gymnasium.spaces.Discrete):
         return Categorical(int(action_space.n))
-    raise TypeError(f"no action distribution for {action_space}; supported: Discrete (categorical)")
+    if isinstance(action_space, gymnasium.spaces.MultiDiscrete) and action_space.nvec.ndim == 1:
+        return MultiCategorical(tuple(int(n) for n in action_space.nvec))
+    if isinstance(action_space, gymnasium.spaces.Box):
+        if len(action_space.shape) != 1:
+            raise TypeError(f"a Box action space must be 1-D (one axis of action dimensions), got {action_space}")
+        low, high = np.asarray(action_space.low, np.float64), np.asarray(action_space.high, np.float64)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise TypeError(f"a Box action space needs finite bounds to rescale actions to, got {action_space}")
+        bounds = BoxBounds(tuple(low.tolist()), tuple(high.tolist()))
+        if box not in BOX_KINDS:
+            raise ValueError(f"box={box!r}; expected one of {BOX_KINDS}")
+        if box == "gaussian":
+            return Gaussian(bounds, state_dependent_std)
+        return SquashedGaussian(bounds) if box == "squashed" else Deterministic(bounds)
+    raise TypeError(
+        f"no action distribution for {action_space}; supported: Discrete, MultiDiscrete, Box (1-D, finite bounds)"
+    )

@@ -42,7 +42,7 @@ def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, see
         obs, _ = env.reset(seed=seed + e)
         done, total, n = False, 0.0, 0
         while not done:
-            action = np.asarray(act(params, np.asarray(obs, np.float32)[None]))[0]
+            action = policy.distribution.to_env(np.asarray(act(params, np.asarray(obs, np.float32)[None])))[0]
             action = action.item() if action.ndim == 0 else action
             obs, r, terminated, truncated, _ = env.step(action)
             total, n, done = total + float(r), n + 1, terminated or truncated
@@ -69,7 +69,10 @@ def evaluate_policies(
     obs = env.reset()
     ended_returns: list[np.ndarray] = []
     while len(ended_returns) < episodes:
-        actions = {a: np.asarray(act[pid](params[pid], obs[a])) for a, pid in mapping.items()}
+        actions = {
+            a: policies[pid].distribution.to_env(np.asarray(act[pid](params[pid], obs[a])))
+            for a, pid in mapping.items()
+        }
         obs = env.step(actions).obs
         ended = env.pop_episodes()
         if len(ended[env.agents[0]][0]):

@@ -149,7 +149,7 @@ class MultiAgentRolloutWorker:
                         self._rng, inputs, ws.config, self.index, (self.env_steps + t * B) * len(self.agents[pid])
                     )
                 steps[pid].append(dict(obs=obs, actions=a, logp=logp, dist_inputs=inputs, values=values))
-                actions.update(zip(self.agents[pid], np.split(a, len(self.agents[pid]))))
+                actions.update(zip(self.agents[pid], np.split(ws.policy.distribution.to_env(a), len(self.agents[pid]))))
             with env_watch:
                 step = self.env.step(actions)
             for pid, ws in self.policies.items():

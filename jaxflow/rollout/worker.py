@@ -205,7 +205,7 @@ class RolloutWorker:
             else:
                 a, lp = self._explore(self._rng, inputs, cfg, self.index, self.env_steps + t * B + g * n)
             with env_watch:
-                self.envs[g].step_async(a)
+                self.envs[g].step_async(dist.to_env(a))
             cols = slice(g * n, (g + 1) * n)
             obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols] = self._obs[g], a, lp, v
             dist_inputs[t, cols] = inputs

@@ -35,6 +35,12 @@ def no_ray(monkeypatch):
             "PPOConfig.mode='device' is not possible: 'CartPole-v1' is not a JAX environment",
         ),
         (["--algo", "a3c", "--env", "gymnax/CartPole-v1", "--mode", "device"], "A3C has no device mode"),
+        (
+            ["--algo", "dqn", "--env", "Pendulum-v1"],
+            "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
+            "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APPO, IMPALA, PPO.",
+        ),
+        (["--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
         (["--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
         (
             ["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"],
@@ -55,6 +61,8 @@ def test_list_names_algorithms_and_envs(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
     assert "algorithms: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
+    assert "for Box action spaces: A2C, A3C, APPO, IMPALA, PPO" in out
+    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
     assert "with device mode (gymnax envs): A2C, APPO, DQN, IMPALA, PPO" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DQN, PPO" in out
     assert "multiagent/Coordination-v0" in out

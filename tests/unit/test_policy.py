@@ -29,6 +29,14 @@ class UniformMixture:
     eps: float = 0.5
     action_shape: ClassVar[tuple[int, ...]] = ()
     action_dtype: ClassVar[Any] = np.int32
+    num_free_inputs: ClassVar[int] = 0
+
+    @property
+    def num_inputs(self):
+        return self.num_actions
+
+    def to_env(self, actions):
+        return actions
 
     def _probs(self, inputs):
         return (1 - self.eps) * jax.nn.softmax(inputs) + self.eps / self.num_actions

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from jaxflow.policies.distributions import sample_categorical
+from jaxflow.policies import sample_categorical
 
 
 def test_gumbel_max_frequencies_follow_softmax():

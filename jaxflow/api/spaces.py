@@ -1,0 +1,44 @@
+"""Which environments an algorithm can act in: its spaces checked before anything starts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+
+from jaxflow import envs
+from jaxflow.api.registry import algorithms_for_space
+from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.config.fields import ConfigError
+from jaxflow.policies.distributions import distribution_for
+
+
+def env_spaces(config: Any, spec: AlgorithmSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The observation and action spaces of ``config.env`` (checked by :func:`check_spaces`)."""
+    env = envs.make_cpu(config.env, **config.env_config)
+    spaces = env.observation_space, env.action_space
+    env.close()
+    return check_spaces(spec, config.env, *spaces)
+
+
+def check_spaces(
+    spec: AlgorithmSpec, env_id: str, obs_space: gymnasium.Space, action_space: gymnasium.Space
+) -> tuple[gymnasium.Space, gymnasium.Space]:
+    """The spaces, if ``spec``'s algorithm acts in the action space (one of its
+    ``action_spaces``, and a space a distribution exists for) and the observations are a Box;
+    else a :class:`ConfigError` naming the algorithm, the env, the space and the algorithms that can."""
+    kind = type(action_space).__name__
+    if kind not in spec.action_spaces:
+        able = algorithms_for_space(kind)
+        raise ConfigError(
+            f"{spec.name} cannot act in environment {env_id!r}: its action space is {action_space}, and "
+            f"{spec.name} supports {', '.join(spec.action_spaces)}. "
+            f"Algorithms for {kind} action spaces: {', '.join(able) or 'none'}."
+        )
+    try:
+        distribution_for(action_space)
+    except TypeError as e:
+        raise ConfigError(f"Environment {env_id!r}: {e}.") from None
+    if not isinstance(obs_space, gymnasium.spaces.Box):
+        raise ConfigError(f"Environment {env_id!r} has observation space {obs_space}; a Box space is needed.")
+    return obs_space, action_space
