@@ -9,6 +9,7 @@ from jaxflow.algorithms.impala import IMPALA, IMPALAConfig
 from jaxflow.algorithms.maml import MAML, MAMLConfig
 from jaxflow.algorithms.multiagent import MULTIAGENT
 from jaxflow.algorithms.ppo import PPO, PPOConfig
+from jaxflow.algorithms.sac import SAC, SACConfig
 
 __all__ = [
     "A2C",
@@ -20,6 +21,7 @@ __all__ = [
     "MAML",
     "MULTIAGENT",
     "PPO",
+    "SAC",
     "A2CConfig",
     "A3CConfig",
     "APEXConfig",
@@ -28,4 +30,5 @@ __all__ = [
     "IMPALAConfig",
     "MAMLConfig",
     "PPOConfig",
+    "SACConfig",
 ]

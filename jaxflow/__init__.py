@@ -18,7 +18,7 @@ _NAMES_BY_PART: dict[str, str] = {
         "register_algorithm RunHooks train WorkerHooks"
     ),
     "jaxflow.config": (
-        "CommonConfig ConfigError DeviceConfig make_config NON_NEGATIVE OptimizerConfig param POSITIVE "
+        "CommonConfig ConfigError DeviceConfig make_config NON_NEGATIVE OffPolicyConfig OptimizerConfig param POSITIVE "
         "replace_config require RolloutConfig UNIT"
     ),
     "jaxflow.dataflow": (
@@ -89,6 +89,7 @@ __all__ = [
     "MLPQNetwork",
     "MultiAgentBatch",
     "MultiAgentRolloutWorker",
+    "OffPolicyConfig",
     "OnDevice",
     "Operator",
     "OptimizerConfig",
@@ -190,6 +191,7 @@ if TYPE_CHECKING:
         CommonConfig,
         ConfigError,
         DeviceConfig,
+        OffPolicyConfig,
         OptimizerConfig,
         RolloutConfig,
         make_config,

@@ -14,6 +14,7 @@ import numpy as np
 import rlax
 
 from jaxflow.algorithms.dqn.config import DQNConfig
+from jaxflow.config import OffPolicyConfig
 from jaxflow.policies import Policy
 from jaxflow.replay.buffer import ReplayRows
 from jaxflow.replay.transitions import encode_fragment
@@ -67,7 +68,7 @@ def postprocess(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     )
 
 
-def encode(traj: Mapping[str, np.ndarray], config: DQNConfig) -> ReplayRows:
+def encode(traj: Mapping[str, np.ndarray], config: OffPolicyConfig) -> ReplayRows:
     """Worker-side, on the host: packs the fragment into replay rows, each observation once."""
     obs = np.concatenate([traj["obs"], traj["last_obs"][None]])
     rows, priorities = encode_fragment(

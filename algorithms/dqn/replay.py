@@ -15,7 +15,7 @@ from jaxflow import (
     DeviceReplay,
     ReplayShards,
 )
-from jaxflow.algorithms.dqn.config import DQNConfig
+from jaxflow.config import OffPolicyConfig
 
 Array = jax.Array
 
@@ -50,17 +50,17 @@ def beta_schedule(learner: Any, config: Any) -> Any:
     return lambda: float(beta(learner.version))
 
 
-def sgd_steps_per_fragment(config: DQNConfig) -> int:
+def sgd_steps_per_fragment(config: OffPolicyConfig) -> int:
     """SGD steps after each stored fragment, so that ``samples_per_insert`` holds on average."""
     fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
     return max(1, round(fragment * config.samples_per_insert / config.train_batch_size))
 
 
-def transitions(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array]:
+def transitions(traj: Mapping[str, Array], config: OffPolicyConfig) -> dict[str, Array]:
     """Device mode: the postprocessed fragment as flat transitions ``[T * B]``, each with its
     bootstrap observation (``next_offsets`` steps later) and its initial priority."""
     del config
-    T, B = traj["actions"].shape
+    T, B = traj["actions"].shape[:2]
     obs = jnp.concatenate([traj["obs"], traj["last_obs"][None]])
     next_obs = obs[jnp.arange(T)[:, None] + traj["next_offsets"], jnp.arange(B)[None, :]]
     fields = dict(
@@ -74,7 +74,7 @@ def transitions(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     return {k: v.reshape((T * B,) + v.shape[2:]) for k, v in fields.items()}
 
 
-def replay_on_device(config: DQNConfig) -> DeviceReplay:
+def replay_on_device(config: OffPolicyConfig) -> DeviceReplay:
     """Device mode's replay: the Ray plan's buffer size, replay ratio, priorities and target period."""
     return DeviceReplay(
         capacity=config.buffer_size,
@@ -85,4 +85,5 @@ def replay_on_device(config: DQNConfig) -> DeviceReplay:
         priority_eps=config.prioritized_replay_eps,
         target_update_period=config.target_update_period,
         learning_starts=config.learning_starts,
+        tau=config.tau,
     )

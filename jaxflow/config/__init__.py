@@ -26,6 +26,7 @@ from jaxflow.config.fields import (
 )
 from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import flat_names, make_config, replace_config, resolve
+from jaxflow.config.off_policy import OffPolicyConfig
 from jaxflow.config.parsing import from_json_dict, load_config_file, parse_value, to_json_dict, with_overrides
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "CommonConfig",
     "ConfigError",
     "DeviceConfig",
+    "OffPolicyConfig",
     "OptimizerConfig",
     "RolloutConfig",
     "field_names",

@@ -9,10 +9,12 @@ from jaxflow.learn.sgd import (
     make_optimizer,
     minibatch_indices,
     minibatch_step,
+    move_target,
     sgd_step,
     sgd_update,
     shuffle_minibatches,
     summarize_metrics,
+    target_fraction,
 )
 from jaxflow.learn.thread import LearnerThread, LearnerThreadError
 from jaxflow.learn.to_device import DeviceBatch, ToDevice, ToDeviceError
@@ -31,8 +33,10 @@ __all__ = [
     "make_optimizer",
     "minibatch_indices",
     "minibatch_step",
+    "move_target",
     "sgd_step",
     "sgd_update",
     "shuffle_minibatches",
     "summarize_metrics",
+    "target_fraction",
 ]

@@ -32,8 +32,8 @@ from jaxflow.learn.sgd import (
     TrainState,
     _check_minibatch,
     apply_gradients,
-    copy_to_target,
     minibatch_step,
+    move_target,
     sgd_update,
     shuffle_minibatches,
     summarize_metrics,
@@ -88,7 +88,7 @@ class Learner:
         self._apply = jax.jit(
             functools.partial(apply_gradients, optimizer), donate_argnums=0, out_shardings=self._replicated
         )
-        self._copy_to_target = jax.jit(copy_to_target, donate_argnums=0, out_shardings=self._replicated)
+        self._move_target = jax.jit(move_target, donate_argnums=0, out_shardings=self._replicated)
         self.thread: LearnerThread | None = None
 
     @property
@@ -153,12 +153,12 @@ class Learner:
             self._version += self._num_epochs * (n // (self._minibatch_size or n))
         return {k: float(v) if v.ndim == 0 else np.asarray(v) for k, v in jax.device_get(metrics).items()}
 
-    def update_target(self) -> None:
-        """Copies the parameters into the target network."""
+    def update_target(self, fraction: float = 1.0) -> None:
+        """Moves the target network toward the parameters by ``fraction`` (1: copies them)."""
         if self.state.target_params is None:
             raise ValueError("This learner has no target network (build it with target_network=True).")
         with self._lock:
-            self.state = self._copy_to_target(self.state)
+            self.state = self._move_target(self.state, np.float32(fraction))
 
     def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:
         """Compiles the update for ``batch``'s shapes by running it on a copy of the state

@@ -134,6 +134,21 @@ def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, 
     return state._replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state, step=state.step + 1)
 
 
+def move_target(state: TrainState, fraction: jax.Array | float) -> TrainState:
+    """Moves the target network toward the parameters: ``target += fraction * (params -
+    target)``; ``fraction = 1`` copies them, a small one is Polyak averaging (Lillicrap et
+    al., 2016, DDPG; Haarnoja et al., 2018, SAC)."""
+    return state._replace(
+        target_params=jax.tree_util.tree_map(lambda t, p: t + fraction * (p - t), state.target_params, state.params)
+    )
+
+
+def target_fraction(tau: float, num_steps: int) -> float:
+    """The fraction one target update moves by after ``num_steps`` SGD steps, as ``num_steps``
+    per-step averages with ``tau`` would toward fixed parameters: ``1 - (1 - tau)^num_steps``."""
+    return 1.0 - (1.0 - tau) ** num_steps
+
+
 def copy_to_target(state: TrainState) -> TrainState:
     """Sets the target network to the current parameters (Mnih et al., 2015, "Human-level
     control through deep reinforcement learning": the target is refreshed every C steps)."""

@@ -1,6 +1,7 @@
 """Policy and value networks (flax) and the functions that act with them."""
 
 from jaxflow.networks.build import actor_critic_network, is_frame_stack, q_network
+from jaxflow.networks.continuous import ActorCritics, MLPContinuousQ
 from jaxflow.networks.conv import (
     TORSOS,
     ConvActorCritic,
@@ -10,19 +11,22 @@ from jaxflow.networks.conv import (
     NatureCNN,
     cpu_matmul_conv,
 )
-from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork
+from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork, policy_head
 
 __all__ = [
     "TORSOS",
+    "ActorCritics",
     "ConvActorCritic",
     "ConvFn",
     "ConvQNetwork",
     "ImpalaResNet",
     "MLPActorCritic",
+    "MLPContinuousQ",
     "MLPQNetwork",
     "NatureCNN",
     "actor_critic_network",
     "cpu_matmul_conv",
     "is_frame_stack",
+    "policy_head",
     "q_network",
 ]

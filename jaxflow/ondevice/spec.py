@@ -33,9 +33,12 @@ class DeviceReplay:
     """Importance-sampling exponent as a function of the SGD step."""
     priority_eps: Any
     target_update_period: int
-    """SGD steps between copies of the parameters into the target network."""
+    """SGD steps between two updates of the target network."""
     learning_starts: int
     """Transitions in the buffer before training starts."""
+    tau: float = 1.0
+    """Target update per SGD step (1: copies every ``target_update_period`` steps; smaller:
+    Polyak averaging, see :func:`~jaxflow.learn.sgd.target_fraction`)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxflow.learn.sgd import TrainState, copy_to_target, make_optimizer, sgd_step
+from jaxflow.learn.sgd import TrainState, make_optimizer, move_target, sgd_step, target_fraction
 from jaxflow.ondevice.spec import DeviceReplay
 from jaxflow.replay import on_device as device_replay
 
@@ -27,7 +27,7 @@ def replay_update(
 ):
     """Adds a fragment's transitions to the buffer, then (once it holds ``learning_starts``)
     trains on ``rs.sgd_steps`` replayed batches: importance-weighted loss, new priorities
-    ``|TD error| + eps``, and the target network refreshed every ``target_update_period`` steps.
+    ``|TD error| + eps``, and the target network updated every ``target_update_period`` steps.
     Returns ``(train, replay, scalar metrics, samples trained)``."""
     items = dict(transitions)
     replay = device_replay.add(replay, items, items.pop("priorities"), rs.alpha)
@@ -39,7 +39,10 @@ def replay_update(
         replay = device_replay.update_priorities(
             replay, slots, jnp.abs(metrics.pop("td_error")) + rs.priority_eps, rs.alpha
         )
-        train = jax.lax.cond(train.step % rs.target_update_period == 0, copy_to_target, lambda s: s, train)
+        fraction = target_fraction(rs.tau, rs.target_update_period)
+        train = jax.lax.cond(
+            train.step % rs.target_update_period == 0, lambda s: move_target(s, fraction), lambda s: s, train
+        )
         return (train, replay), metrics
 
     def learn(carry):

@@ -9,6 +9,7 @@ from typing import Any
 
 from jaxflow.dataflow.iterators import Operator
 from jaxflow.learn.learner import Learner
+from jaxflow.learn.sgd import target_fraction
 from jaxflow.ops.metrics import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
 from jaxflow.ops.rollout_ops import RecordSampled
 from jaxflow.rollout.batch import Batch, GradientsResult, SampleBatch
@@ -106,20 +107,24 @@ NUM_TARGET_UPDATES = "num_target_updates"
 
 
 class UpdateTargetNetwork(Operator):
-    """Copies the learner's parameters into its target network every ``target_update_period``
-    optimizer steps (Mnih et al., 2015); passes items through.
+    """Updates the learner's target network every ``target_update_period`` optimizer steps;
+    passes items through. With ``tau = 1`` the parameters are copied (Mnih et al., 2015);
+    with a smaller ``tau`` the target moves by ``1 - (1 - tau)^k`` toward them after ``k``
+    steps, Polyak averaging applied once per update rather than per step.
 
     Example:
         >>> trained.for_each(UpdateTargetNetwork(learner, target_update_period=500))  # doctest: +SKIP
+        >>> trained.for_each(UpdateTargetNetwork(learner, 1, tau=0.005))  # SAC  # doctest: +SKIP
     """
 
-    def __init__(self, learner: Learner, target_update_period: int):
-        self.learner, self.target_update_period = learner, target_update_period
+    def __init__(self, learner: Learner, target_update_period: int, tau: float = 1.0):
+        self.learner, self.target_update_period, self.tau = learner, target_update_period, tau
         self._last = learner.version
 
     def __call__(self, item: Any, ctx: Context) -> Any:
-        if self.learner.version - self._last >= self.target_update_period:
-            self.learner.update_target()
+        steps = self.learner.version - self._last
+        if steps >= self.target_update_period:
+            self.learner.update_target(target_fraction(self.tau, steps))
             self._last = self.learner.version
             ctx.counters[NUM_TARGET_UPDATES] += 1
         return item

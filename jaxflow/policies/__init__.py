@@ -1,7 +1,7 @@
 """Policies: a network plus an action distribution, used by workers, learners, device mode
 and evaluation alike."""
 
-from jaxflow.policies.build import actor_critic_policy, q_policy
+from jaxflow.policies.build import actor_critic_policy, actor_critics_policy, q_policy
 from jaxflow.policies.categorical import Categorical, Greedy, MultiCategorical, sample_categorical
 from jaxflow.policies.distributions import BOX_KINDS, ActionDistribution, distribution_for
 from jaxflow.policies.gaussian import BoxBounds, Deterministic, Gaussian, SquashedGaussian
@@ -20,6 +20,7 @@ __all__ = [
     "SquashedGaussian",
     "actor_critic_outputs",
     "actor_critic_policy",
+    "actor_critics_policy",
     "distribution_for",
     "q_policy",
     "q_value_outputs",

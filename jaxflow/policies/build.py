@@ -8,6 +8,7 @@ from typing import Any
 import gymnasium
 
 from jaxflow.networks.build import actor_critic_network, q_network
+from jaxflow.networks.continuous import ActorCritics
 from jaxflow.policies.categorical import Greedy
 from jaxflow.policies.distributions import distribution_for
 from jaxflow.policies.policy import Policy, q_value_outputs
@@ -32,3 +33,16 @@ def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Sp
     num_actions, obs_shape = int(action_space.n), tuple(obs_space.shape or ())
     network = q_network(obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
     return Policy(network, Greedy(num_actions), obs_shape, outputs=q_value_outputs)
+
+
+def actor_critics_policy(
+    config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space, box: str, initial_alpha: float | None
+) -> Policy:
+    """An actor and twin critics on a Box action space (SAC: ``box="squashed"`` with a learned
+    temperature from ``initial_alpha``; TD3: ``box="deterministic"``), MLPs of ``config.hidden_sizes``."""
+    distribution = distribution_for(action_space, box)
+    obs_shape = tuple(obs_space.shape or ())
+    network = ActorCritics(
+        distribution.num_inputs, distribution.action_shape[0], tuple(config.hidden_sizes), initial_alpha=initial_alpha
+    )
+    return Policy(network, distribution, obs_shape)

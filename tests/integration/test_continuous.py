@@ -87,3 +87,40 @@ def test_impala_learns_from_box_actions_through_v_trace(ray_local):
         algo.stop()
     # One sequence of Gaussian log-probs per fragment: behaviour and target policies agree at the start.
     assert np.isfinite(result["learner"]["loss"]) and 0.5 < result["learner"]["mean_rho"] < 2.0
+
+
+def test_sac_on_the_device_moves_its_target_by_polyak_averaging_and_resumes_bit_exactly(tmp_path):
+    small = dict(
+        env="gymnax/Pendulum-v1",
+        num_envs=4,
+        iterations_per_call=2,
+        learning_starts=64,
+        train_batch_size=32,
+        samples_per_insert=32.0,
+        hidden_sizes=(32, 32),
+        min_env_steps_per_iteration=0,
+        seed=0,
+    )
+    algo = Algorithm.build("SAC", **small)
+    assert algo.mode == "device"
+    for _ in range(2):
+        algo.train()
+    algo.save(str(tmp_path))
+    for _ in range(2):
+        result = algo.train()
+    assert np.isfinite(result["learner"]["critic_loss"]) and 0 < result["learner"]["alpha"] < 1
+    train_state = jax.device_get(algo.program.state.train)
+    # Polyak averaging: the target critics moved, but are not a copy of the parameters.
+    q, target_q = train_state.params["params"]["q"], train_state.target_params["params"]["q"]
+    gaps = [float(np.abs(a - b).max()) for a, b in zip(jax.tree.leaves(q), jax.tree.leaves(target_q), strict=True)]
+    assert all(g > 0 for g in gaps)
+    expected = algo.program.get_state()
+    algo.stop()
+
+    restored = Algorithm.restore(str(tmp_path))
+    for _ in range(2):
+        restored.train()
+    got = restored.program.get_state()
+    restored.stop()
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(got), strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))

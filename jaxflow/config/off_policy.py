@@ -1,0 +1,61 @@
+"""The settings every algorithm that learns from replay shares (DQN, Ape-X, SAC, TD3)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jaxflow.config.common import CommonConfig
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyConfig(CommonConfig):
+    """Replay, replay ratio, n-step returns, target network and weight syncs (plus
+    :class:`~jaxflow.config.CommonConfig`); an algorithm's config adds its own fields and
+    may change these defaults."""
+
+    train_batch_size: int = param(64, POSITIVE)
+    """Replayed transitions per SGD step."""
+    samples_per_insert: float = param(8.0, POSITIVE)
+    """Replay ratio: transitions replayed per transition sampled from the environments."""
+    buffer_size: int = param(50_000, POSITIVE)
+    """Transitions kept over all replay shards (the oldest are overwritten)."""
+    learning_starts: int = param(1_000, NON_NEGATIVE)
+    """Transitions per shard before replay starts."""
+    num_replay_shards: int = param(1, POSITIVE)
+    """Replay shard actors the buffer is split over."""
+    n_step: int = param(3, POSITIVE)
+    """Steps summed into each return before bootstrapping (1: one-step targets)."""
+    target_update_period: int = param(100, POSITIVE)
+    """SGD steps between two updates of the target network."""
+    tau: float = param(1.0, UNIT)
+    """How far each target update moves the target toward the parameters, per SGD step
+    since the last one: 1 copies them (DQN), a small value averages (Polyak: SAC, TD3)."""
+    prioritized_replay: bool = param(True)
+    """Sample in proportion to |TD error|^alpha (False: uniformly)."""
+    prioritized_replay_alpha: float = param(0.6, NON_NEGATIVE)
+    """Priority exponent alpha."""
+    prioritized_replay_beta: float = param(0.4, UNIT)
+    """Importance-sampling exponent at the start; annealed linearly to 1."""
+    beta_annealing_steps: int = param(20_000, POSITIVE)
+    """SGD steps over which beta reaches 1."""
+    prioritized_replay_eps: float = param(1e-6, POSITIVE)
+    """Added to |TD error| so every transition stays reachable."""
+    frame_stack: int = param(1, POSITIVE)
+    """Frames stacked along each observation's first axis (4 for Atari); replay stores single frames."""
+    max_weight_sync_delay: int = param(256, POSITIVE)
+    """Env steps a worker samples between two fetches of the learner's weights."""
+    min_env_steps_per_iteration: int = param(2_000, NON_NEGATIVE)
+    """Env steps sampled per reported training iteration."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(
+            self.n_step < self.rollout.rollout_fragment_length or self.n_step == 1,
+            f"n_step ({self.n_step}) must be smaller than rollout_fragment_length "
+            f"({self.rollout.rollout_fragment_length}).",
+        )
+        require(
+            self.buffer_size >= self.num_replay_shards * max(self.learning_starts, self.train_batch_size),
+            f"buffer_size ({self.buffer_size}) must hold learning_starts ({self.learning_starts}) transitions per shard.",
+        )
