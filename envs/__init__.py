@@ -1,5 +1,6 @@
 """Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
 multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
+A CPU env's observations that are not a ``Box`` come flattened to a float32 vector.
 
 Installed as ``jaxflow.envs``; imports nothing of the engine (jaxflow's other
 sub-packages) or of ``jaxflow.algorithms``.
@@ -7,6 +8,7 @@ sub-packages) or of ``jaxflow.algorithms``.
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.multiagent import (
     CoordinationGame,
     MultiAgentEnvError,
@@ -41,6 +43,7 @@ __all__ = [
     "EnvContext",
     "EnvKindError",
     "EnvSpaceError",
+    "FlatObservation",
     "MultiAgentEnvError",
     "MultiAgentStep",
     "MultiAgentVectorEnv",
@@ -53,6 +56,9 @@ __all__ = [
     "atari",
     "custom_entry",
     "entry",
+    "flat_space",
+    "flatten_observations",
+    "is_flattenable",
     "list_envs",
     "list_task_distributions",
     "make",

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import gymnasium
 
+from jaxflow.envs.flatten import flatten_observations
+
 if TYPE_CHECKING:
     from pettingzoo import ParallelEnv
 
@@ -122,16 +124,20 @@ def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
     """Creates an environment.
 
     Returns a ``gymnasium.Env`` for CPU ids and ``(env, env_params)`` for gymnax ids.
+    A CPU env's observations that are not a ``Box`` come flattened to a float32 vector
+    (Discrete one-hot; see :mod:`jaxflow.envs.flatten`).
     """
     e = entry(env_id)
     _refuse_multiagent(e)
     if e.kind == "gymnax":
         return _make_gymnax(env_id, **kwargs)
-    return e.factory(context or EnvContext(), **kwargs)
+    return flatten_observations(e.factory(context or EnvContext(), **kwargs))
 
 
 def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> gymnasium.Env:
-    """A gymnasium env for any id: gymnax envs are wrapped to step on the CPU."""
+    """A gymnasium env for any id: gymnax envs are wrapped to step on the CPU, and a gymnasium
+    env's observations that are not a ``Box`` are flattened to a float32 vector (Discrete
+    one-hot; see :mod:`jaxflow.envs.flatten`)."""
     e = entry(env_id)
     _refuse_multiagent(e)
     if e.kind == "gymnax":
@@ -139,7 +145,7 @@ def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> g
 
         env, params = _make_gymnax(env_id, **kwargs)
         return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
-    return e.factory(context or EnvContext(), **kwargs)
+    return flatten_observations(e.factory(context or EnvContext(), **kwargs))
 
 
 def make_multiagent(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> ParallelEnv:

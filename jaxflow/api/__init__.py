@@ -16,7 +16,7 @@ from jaxflow.api.registry import (
     register_algorithm,
     spec_of,
 )
-from jaxflow.api.spaces import check_spaces, env_spaces
+from jaxflow.api.spaces import check_observation_space, check_spaces, env_spaces
 from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
 
@@ -39,6 +39,7 @@ __all__ = [
     "WorkerHooks",
     "build_learner",
     "build_program",
+    "check_observation_space",
     "check_spaces",
     "device_algorithms",
     "env_spaces",

@@ -25,8 +25,9 @@ def check_spaces(
     spec: AlgorithmSpec, env_id: str, obs_space: gymnasium.Space, action_space: gymnasium.Space
 ) -> tuple[gymnasium.Space, gymnasium.Space]:
     """The spaces, if ``spec``'s algorithm acts in the action space (one of its
-    ``action_spaces``, and a space a distribution exists for) and the observations are a Box;
-    else a :class:`ConfigError` naming the algorithm, the env, the space and the algorithms that can."""
+    ``action_spaces``, and a space a distribution exists for) and the observations are a Box
+    (:func:`check_observation_space`); else a :class:`ConfigError` naming the algorithm, the
+    env, the space and the algorithms that can."""
     kind = type(action_space).__name__
     if kind not in spec.action_spaces:
         able = algorithms_for_space(kind)
@@ -39,6 +40,25 @@ def check_spaces(
         distribution_for(action_space)
     except TypeError as e:
         raise ConfigError(f"Environment {env_id!r}: {e}.") from None
-    if not isinstance(obs_space, gymnasium.spaces.Box):
-        raise ConfigError(f"Environment {env_id!r} has observation space {obs_space}; a Box space is needed.")
+    check_observation_space(env_id, obs_space)
     return obs_space, action_space
+
+
+def check_observation_space(env_id: str, obs_space: gymnasium.Space) -> None:
+    """Raises a one-line :class:`ConfigError` naming the env and the space unless the
+    observations are a Box. ``envs.make_cpu`` flattens every other space it can (Discrete,
+    MultiDiscrete, MultiBinary, Tuple, Dict), so a gymnasium env reaches here with a Box or
+    with a space that cannot be flattened; a flattenable one arrives unflattened only from an
+    env ``make_cpu`` does not flatten (gymnax, multi-agent)."""
+    if isinstance(obs_space, gymnasium.spaces.Box):
+        return
+    if not envs.is_flattenable(obs_space):
+        raise ConfigError(
+            f"Environment {env_id!r} has observation space {obs_space}, which cannot be flattened to a vector: "
+            f"jaxflow trains on Box observations and on Discrete, MultiDiscrete, MultiBinary, Tuple and Dict "
+            f"ones (flattened, Discrete one-hot)."
+        )
+    raise ConfigError(
+        f"Environment {env_id!r} has observation space {obs_space}, which is flattened only for gymnasium envs "
+        f"(envs.make_cpu); gymnax and multi-agent envs need Box observations."
+    )

@@ -95,3 +95,10 @@ def test_evaluate_adapts_a_maml_checkpoint_to_held_out_tasks(tmp_path, capsys):
     out = json.loads(report)
     assert env == "tasks/PointNavigation-v0" and out["tasks"] == 3 and out["episodes"] == 3 * 2
     assert out["adaptation_gain"] == pytest.approx(out["post_adaptation_return"] - out["pre_adaptation_return"])
+
+
+def test_train_runs_on_a_toy_text_env(ray_local, tmp_path, capsys):
+    """FrozenLake's Discrete observations are one-hot encoded, no longer refused."""
+    argv = ["--algo", "PPO", "--env", "FrozenLake-v1", "--num-workers", "1", "--stop", "training_iteration=1"]
+    assert cli.main(["train", *argv, "--logdir", str(tmp_path), "--quiet"]) == 0
+    assert "done: iteration 1, env steps 1,024" in capsys.readouterr().out
