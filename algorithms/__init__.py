@@ -10,25 +10,30 @@ from jaxflow.algorithms.maml import MAML, MAMLConfig
 from jaxflow.algorithms.multiagent import MULTIAGENT
 from jaxflow.algorithms.ppo import PPO, PPOConfig
 from jaxflow.algorithms.sac import SAC, SACConfig
+from jaxflow.algorithms.td3 import DDPG, TD3, DDPGConfig, TD3Config
 
 __all__ = [
     "A2C",
     "A3C",
     "APEX",
     "APPO",
+    "DDPG",
     "DQN",
     "IMPALA",
     "MAML",
     "MULTIAGENT",
     "PPO",
     "SAC",
+    "TD3",
     "A2CConfig",
     "A3CConfig",
     "APEXConfig",
     "APPOConfig",
+    "DDPGConfig",
     "DQNConfig",
     "IMPALAConfig",
     "MAMLConfig",
     "PPOConfig",
     "SACConfig",
+    "TD3Config",
 ]

@@ -18,7 +18,6 @@ from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.learn.learner import Learner
-from jaxflow.learn.sgd import make_optimizer
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.postprocess import example_train_batch
@@ -125,7 +124,7 @@ def build_learner(
     num_epochs, minibatch_size = spec.learner.sgd(config)
     learner = Learner(
         functools.partial(spec.loss, policy=policy, config=config),
-        make_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm),
+        spec.learner.optimizer(config)(config.optimizer.lr, config.optimizer.max_grad_norm),
         params,
         seed=config.seed,
         num_epochs=num_epochs,

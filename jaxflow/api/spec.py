@@ -6,6 +6,9 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import optax
+
+from jaxflow.learn.sgd import make_optimizer
 from jaxflow.ondevice.spec import DeviceSpec
 from jaxflow.policies.build import actor_critic_policy
 from jaxflow.policies.policy import Policy
@@ -28,6 +31,10 @@ class LearnerHooks:
     train_batch_env_steps: Callable[[Any], int] | None = None
     """Env steps in every learner update, where the plan fixes it: the learner then
     compiles its update while the rollout workers start."""
+    optimizer: Callable[[Any], Callable[..., optax.GradientTransformation]] = lambda config: make_optimizer
+    """``optimizer(config) -> factory``, ``factory(lr, max_grad_norm)`` the learner's optax
+    optimizer (default: Adam after global-norm clipping; TD3: the actor's steps delayed).
+    Device mode wraps the factory in ``optax.inject_hyperparams``, so swept values reach it."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The learner: train state, compiled SGD update, learner thread, device feeding."""
 
 from jaxflow.learn.learner import Learner
+from jaxflow.learn.optimizers import every_k_steps
 from jaxflow.learn.sgd import (
     LossFn,
     TrainState,
@@ -30,6 +31,7 @@ __all__ = [
     "TrainState",
     "apply_gradients",
     "copy_to_target",
+    "every_k_steps",
     "make_optimizer",
     "minibatch_indices",
     "minibatch_step",

@@ -87,7 +87,8 @@ class DeviceProgram:
                 f"{type(config).__name__}.num_envs ({self.num_envs}) must be divisible by the {len(self.devices)} local devices."
             )
         self.members = members(config)
-        self._optimizer = _device_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm)
+        self._make_optimizer = spec.learner.optimizer(config)
+        self._optimizer = _device_optimizer(self._make_optimizer, config.optimizer.lr, config.optimizer.max_grad_norm)
         mesh = Mesh(np.asarray(self.devices), ("batch",))
         self._replicated = NamedSharding(mesh, PartitionSpec())
         self._env_sharded = NamedSharding(mesh, PartitionSpec("batch"))
@@ -124,7 +125,7 @@ class DeviceProgram:
         key = jax.random.PRNGKey(seed)
         # As the Ray-mode learner does: parameters and learner RNG from PRNGKey(seed).
         params = self.policy.init(key)
-        optimizer = _device_optimizer(cfg.optimizer.lr, cfg.optimizer.max_grad_norm)
+        optimizer = _device_optimizer(self._make_optimizer, cfg.optimizer.lr, cfg.optimizer.max_grad_norm)
         train = TrainState.create(params, optimizer, key, target_network=self.device.replay is not None)
         key, k_reset = jax.random.split(jax.random.fold_in(key, 1))
         obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(

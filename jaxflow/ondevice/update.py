@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxflow.learn.sgd import TrainState, make_optimizer, move_target, sgd_step, target_fraction
+from jaxflow.learn.sgd import TrainState, move_target, sgd_step, target_fraction
 from jaxflow.ondevice.spec import DeviceReplay
 from jaxflow.replay import on_device as device_replay
 
@@ -56,7 +56,7 @@ def replay_update(
     return jax.lax.cond(replay.size >= rs.learning_starts, learn, wait, (train, replay))
 
 
-def _device_optimizer(lr: Any, max_grad_norm: Any) -> optax.GradientTransformation:
+def _device_optimizer(factory: Any, lr: Any, max_grad_norm: Any) -> optax.GradientTransformation:
     # The learning rate and clipping norm live in the optimizer state, so that they can
     # differ between the vmapped members of a sweep.
-    return optax.inject_hyperparams(make_optimizer)(lr=lr, max_grad_norm=max_grad_norm)
+    return optax.inject_hyperparams(factory)(lr=lr, max_grad_norm=max_grad_norm)

@@ -36,13 +36,18 @@ def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Sp
 
 
 def actor_critics_policy(
-    config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space, box: str, initial_alpha: float | None
+    config: Any,
+    obs_space: gymnasium.Space,
+    action_space: gymnasium.Space,
+    box: str,
+    initial_alpha: float | None,
+    num_critics: int = 2,
 ) -> Policy:
-    """An actor and twin critics on a Box action space (SAC: ``box="squashed"`` with a learned
-    temperature from ``initial_alpha``; TD3: ``box="deterministic"``), MLPs of ``config.hidden_sizes``."""
+    """An actor and ``num_critics`` critics on a Box action space (SAC: ``box="squashed"`` with a
+    learned temperature from ``initial_alpha``; TD3: ``box="deterministic"``), MLPs of ``config.hidden_sizes``."""
     distribution = distribution_for(action_space, box)
     obs_shape = tuple(obs_space.shape or ())
     network = ActorCritics(
-        distribution.num_inputs, distribution.action_shape[0], tuple(config.hidden_sizes), initial_alpha=initial_alpha
+        distribution.num_inputs, distribution.action_shape[0], tuple(config.hidden_sizes), num_critics, initial_alpha
     )
     return Policy(network, distribution, obs_shape)

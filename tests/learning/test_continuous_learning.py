@@ -1,4 +1,4 @@
-"""Continuous control learns within the issue's budgets: PPO's Gaussian policy and SAC on Pendulum."""
+"""Continuous control learns within the issue's budgets: PPO's Gaussian policy, SAC and TD3 on Pendulum."""
 
 from __future__ import annotations
 
@@ -52,3 +52,15 @@ def test_sac_reaches_minus_200_on_pendulum_within_20k_steps(ray_local):
     assert result["env_steps_sampled"] <= 20_000 + algo.config.min_env_steps_per_iteration
     # The squashed mean plays at least as well as the noisy policy that reached -200 (with slack for 5 episodes).
     assert greedy["return_mean"] >= -300.0, greedy
+
+
+def test_td3_reaches_minus_200_on_pendulum_within_30k_steps(ray_local):
+    """The paper's settings (lr 1e-3, exploration noise 0.1, smoothing 0.2/0.5, actor every
+    2 steps) with 128-unit layers and 1,000 uniformly random steps first."""
+    algo = Algorithm.build("TD3", env="Pendulum-v1", seed=0, hidden_sizes=(128, 128), metrics_num_episodes=10)
+    try:
+        result = train(algo, {"episode_return_mean": -200.0, "env_steps_sampled": 30_000}, verbose=False)
+    finally:
+        algo.stop()
+    assert result["episode_return_mean"] >= -200.0, result
+    assert result["env_steps_sampled"] <= 30_000 + algo.config.min_env_steps_per_iteration

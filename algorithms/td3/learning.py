@@ -1,0 +1,82 @@
+"""TD3's pure functions (Fujimoto et al., 2018, "Addressing Function Approximation Error in
+Actor-Critic Methods"): exploration noise on the workers and on the device, the clipped
+double-Q target with target policy smoothing, the deterministic policy gradient, and the
+optimizer that delays the actor's steps. DDPG is the same with the additions off."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxflow.algorithms.sac.learning import actor_inputs, critic_loss, critic_values
+from jaxflow.algorithms.td3.config import TD3Config
+from jaxflow.learn import every_k_steps, make_optimizer
+from jaxflow.policies import Policy
+
+Array = jax.Array
+ACTOR = "actor_torso"
+"""The actor's sub-tree in the parameters (:class:`~jaxflow.networks.ActorCritics`)."""
+
+
+def explore(
+    rng: np.random.Generator, inputs: np.ndarray, config: TD3Config, worker_index: int, env_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Worker-side: uniform actions for the first ``random_steps``, then ``clip(tanh(inputs)
+    + N(0, exploration_noise^2), -1, 1)``; log-probabilities 0 (the actor is deterministic)."""
+    del worker_index
+    shape, zeros = inputs.shape, np.zeros(inputs.shape[0], np.float32)
+    if env_steps < config.random_steps:
+        return rng.uniform(-1.0, 1.0, shape).astype(np.float32), zeros
+    noisy = np.tanh(inputs) + config.exploration_noise * rng.standard_normal(shape)
+    return np.clip(noisy, -1.0, 1.0).astype(np.float32), zeros
+
+
+def explore_on_device(key: Array, inputs: Array, env_steps: Array, config: TD3Config) -> tuple[Array, Array]:
+    """Device mode's :func:`explore`, with the run's exact env step count."""
+    k_uniform, k_noise = jax.random.split(key)
+    noisy = jnp.tanh(inputs) + config.exploration_noise * jax.random.normal(k_noise, inputs.shape)
+    uniform = jax.random.uniform(k_uniform, inputs.shape, minval=-1.0, maxval=1.0)
+    actions = jnp.where(env_steps < config.random_steps, uniform, jnp.clip(noisy, -1.0, 1.0))
+    return actions, jnp.zeros(inputs.shape[:1], jnp.float32)
+
+
+def smoothed_target_actions(key: Array, mu_t: Array, noise: float, noise_clip: float) -> Array:
+    """``clip(mu'(s') + clip(N(0, noise^2), -noise_clip, noise_clip), -1, 1)``: target policy smoothing."""
+    eps = jnp.clip(noise * jax.random.normal(key, mu_t.shape), -noise_clip, noise_clip)
+    return jnp.clip(mu_t + eps, -1.0, 1.0)
+
+
+def loss(
+    params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, policy: Policy, config: TD3Config
+) -> tuple[Array, dict[str, Array]]:
+    """Critic loss to ``y = r + discount * min_i Q_i'(s', a~')`` (the minimum over one critic
+    for DDPG) plus the actor loss ``-Q_1(s, mu(s))``; the critics take no gradient from the
+    actor loss. How often the actor steps is the optimizer's business (:func:`optimizer`)."""
+    mu_t = jnp.tanh(actor_inputs(policy, target_params, batch["next_obs"]))
+    a_t = smoothed_target_actions(rng, mu_t, config.target_noise, config.target_noise_clip)
+    q_t = critic_values(policy, target_params, batch["next_obs"], a_t)
+    y = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * q_t.min(axis=0))
+    q_tm1 = critic_values(policy, params, batch["obs"], batch["actions"])
+    q_loss, td = critic_loss(q_tm1, y, batch["weights"])
+    mu = jnp.tanh(actor_inputs(policy, params, batch["obs"]))
+    pi_loss = -jnp.mean(critic_values(policy, jax.lax.stop_gradient(params), batch["obs"], mu)[0])
+    return q_loss + pi_loss, {"td_error": td, "critic_loss": q_loss, "actor_loss": pi_loss, "mean_q": jnp.mean(q_tm1)}
+
+
+def optimizer(config: TD3Config) -> Callable[..., optax.GradientTransformation]:
+    """Adam for each part, the actor's stepping only every ``policy_delay`` SGD steps
+    (:func:`~jaxflow.learn.every_k_steps`)."""
+
+    def labels(params: Any) -> Any:
+        return jax.tree_util.tree_map_with_path(lambda path, _: "actor" if ACTOR in str(path) else "critics", params)
+
+    def factory(lr: Any, max_grad_norm: Any) -> optax.GradientTransformation:
+        actor = every_k_steps(make_optimizer(lr, max_grad_norm), config.policy_delay)
+        return optax.multi_transform({"actor": actor, "critics": make_optimizer(lr, max_grad_norm)}, labels)
+
+    return factory
