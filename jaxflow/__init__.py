@@ -28,7 +28,7 @@ _NAMES_BY_PART: dict[str, str] = {
     "jaxflow.learn": (
         "DeviceBatch Learner LearnerThread LearnerThreadError make_optimizer ToDevice ToDeviceError TrainState"
     ),
-    "jaxflow.networks": "MLPActorCritic MLPQNetwork q_network",
+    "jaxflow.networks": "MLPActorCritic MLPQNetwork q_network register_model",
     "jaxflow.ondevice": "AnakinState DeviceProgram DeviceReplay DeviceSpec flat_batch OnDevice",
     "jaxflow.ops": (
         "ApplyGradients BroadcastWeights bulk_sync_env_steps ComputeGradients ConcatBatches Context "
@@ -147,6 +147,7 @@ __all__ = [
     "param",
     "q_network",
     "register_algorithm",
+    "register_model",
     "replace_config",
     "require",
     "round_robin_weights",
@@ -226,7 +227,7 @@ if TYPE_CHECKING:
         TrainState,
         make_optimizer,
     )
-    from jaxflow.networks import MLPActorCritic, MLPQNetwork, q_network
+    from jaxflow.networks import MLPActorCritic, MLPQNetwork, q_network, register_model
     from jaxflow.ondevice import AnakinState, DeviceProgram, DeviceReplay, DeviceSpec, OnDevice, flat_batch
     from jaxflow.ops import (
         ApplyGradients,

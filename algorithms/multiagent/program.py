@@ -12,6 +12,7 @@ from jaxflow.algorithms.multiagent.config import MultiAgentConfig
 from jaxflow.api.ray_program import build_learner, init_ray, stop_run
 from jaxflow.api.spaces import check_spaces
 from jaxflow.config.fields import require
+from jaxflow.dataflow.actors import ship_by_value
 from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluate_policies
@@ -69,6 +70,7 @@ class MultiAgentProgram:
                 f"MultiAgentConfig: the agents of policy {pid!r} ({own}) have different spaces.",
             )
             self.policy[pid], learners[pid] = build_learner(pconfig, pspec, check_spaces(pspec, config.env, *spaces[0]))
+            ship_by_value(self.policy[pid].network)
             worker_specs[pid] = WorkerSpec(
                 pconfig, self.policy[pid], pspec.postprocess, None, pspec.workers.encode, pspec.workers.explore
             )

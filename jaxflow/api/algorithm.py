@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import flax.linen as nn
 import jax
 
 from jaxflow.api import checkpoint
@@ -21,6 +22,7 @@ from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.names import make_config, replace_config
 from jaxflow.config.parsing import from_json_dict, to_json_dict
+from jaxflow.networks.models import describe_module
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
 
@@ -46,6 +48,8 @@ class Algorithm:
     @classmethod
     def build(cls, algorithm: str | Any, **fields: Any) -> Algorithm:
         """From an algorithm name (plus config fields, flat or dotted names) or from a config object."""
+        if isinstance(fields.get("model"), nn.Module):  # an instance: stored as its class and fields
+            fields["model"], fields["model_config"] = describe_module(fields["model"])
         if isinstance(algorithm, str):
             spec = get_algorithm(algorithm)
             return cls(make_config(spec.config_cls, **fields), spec)

@@ -16,6 +16,7 @@ from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.actors import ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.learn.learner import Learner
 from jaxflow.policies.policy import Policy
@@ -42,6 +43,7 @@ class RayProgram:
         if spec.plan is None:
             raise ConfigError(f"{spec.name} has no plan: it runs as its own program.")
         self.policy, self.learner = build_learner(config, spec)
+        ship_by_value(self.policy.network)  # a user's own model, from a module the workers may not import
         worker_spec = WorkerSpec(
             config,
             self.policy,

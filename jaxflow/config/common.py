@@ -33,6 +33,11 @@ class CommonConfig:
     """Widths of the MLP torso's layers (flat observations)."""
     conv_torso: Literal["nature", "impala"] = "nature"
     """Convolutional torso for image observations ([k, H, W] frame stacks): Nature DQN's CNN or IMPALA's ResNet."""
+    model: str | None = None
+    """Your own flax module in place of the default network: a name registered with
+    ``jaxflow.register_model`` or ``"package.module:Class"`` (see :mod:`jaxflow.networks.models`)."""
+    model_config: dict = param(None, factory=dict)
+    """Keyword arguments of ``model``."""
     state_dependent_std: bool = False
     """Box actions: the Gaussian's log-std is an output of the network (else one learned parameter per action dimension)."""
     metrics_num_episodes: int = param(100, POSITIVE)

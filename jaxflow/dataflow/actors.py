@@ -6,6 +6,7 @@ an :class:`ActorSource` that says which actors serve and what a failure does.
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -195,3 +196,16 @@ def jax_actor(cls: type, num_gpus: float = 0.0, **options: Any) -> Any:
     """
     env_vars = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if num_gpus > 0 else {"JAX_PLATFORMS": "cpu"}
     return ray.remote(cls).options(runtime_env={"env_vars": env_vars}, num_gpus=num_gpus, **options)
+
+
+def ship_by_value(obj: Any) -> None:
+    """Lets Ray actors unpickle ``obj``'s class although its module is not importable in
+    their processes (a user's model in a test file or a script beside the driver): Ray's
+    cloudpickle then sends that module's code by value. ``__main__`` is sent by value
+    anyway; jaxflow and installed packages stay by reference."""
+    module = sys.modules.get(type(obj).__module__)
+    if module is None or module.__name__ == "__main__" or module.__name__.split(".")[0] == "jaxflow":
+        return
+    if "site-packages" in (getattr(module, "__file__", None) or ""):
+        return
+    ray.cloudpickle.register_pickle_by_value(module)

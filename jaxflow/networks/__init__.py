@@ -12,6 +12,7 @@ from jaxflow.networks.conv import (
     cpu_matmul_conv,
 )
 from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork, policy_head
+from jaxflow.networks.models import build_model, check_outputs, describe_module, register_model
 
 __all__ = [
     "TORSOS",
@@ -25,8 +26,12 @@ __all__ = [
     "MLPQNetwork",
     "NatureCNN",
     "actor_critic_network",
+    "build_model",
+    "check_outputs",
     "cpu_matmul_conv",
+    "describe_module",
     "is_frame_stack",
     "policy_head",
     "q_network",
+    "register_model",
 ]

@@ -7,8 +7,10 @@ from typing import Any
 
 import gymnasium
 
+from jaxflow.config.fields import ConfigError
 from jaxflow.networks.build import actor_critic_network, q_network
 from jaxflow.networks.continuous import ActorCritics
+from jaxflow.networks.models import build_model, check_outputs
 from jaxflow.policies.categorical import Greedy
 from jaxflow.policies.distributions import distribution_for
 from jaxflow.policies.policy import Policy, q_value_outputs
@@ -20,9 +22,14 @@ def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: g
     its log-std state-dependent if ``config.state_dependent_std``)."""
     distribution = distribution_for(action_space, "gaussian", config.state_dependent_std)
     obs_shape = tuple(obs_space.shape or ())
-    network = actor_critic_network(
-        obs_shape, distribution.num_inputs, config.hidden_sizes, config.conv_torso, distribution.num_free_inputs
-    )
+    if config.model:
+        network = build_model(config.model, config.model_config, distribution.num_inputs)
+        expected = ((2, distribution.num_inputs), (2,))
+        check_outputs(config.model, network, obs_shape, expected, f"(distribution inputs, value) for {config.env}")
+    else:
+        network = actor_critic_network(
+            obs_shape, distribution.num_inputs, config.hidden_sizes, config.conv_torso, distribution.num_free_inputs
+        )
     return Policy(network, distribution, obs_shape)
 
 
@@ -31,7 +38,11 @@ def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Sp
     if not isinstance(action_space, gymnasium.spaces.Discrete):
         raise TypeError(f"a Q-network needs a Discrete action space (one value per action), got {action_space}")
     num_actions, obs_shape = int(action_space.n), tuple(obs_space.shape or ())
-    network = q_network(obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
+    if config.model:
+        network = build_model(config.model, config.model_config, num_actions)
+        check_outputs(config.model, network, obs_shape, (2, num_actions), f"Q-values for {config.env}")
+    else:
+        network = q_network(obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
     return Policy(network, Greedy(num_actions), obs_shape, outputs=q_value_outputs)
 
 
@@ -45,6 +56,10 @@ def actor_critics_policy(
 ) -> Policy:
     """An actor and ``num_critics`` critics on a Box action space (SAC: ``box="squashed"`` with a
     learned temperature from ``initial_alpha``; TD3: ``box="deterministic"``), MLPs of ``config.hidden_sizes``."""
+    if config.model:
+        raise ConfigError(
+            f"{type(config).__name__}.model: this algorithm's actor and critics take no custom model yet."
+        )
     distribution = distribution_for(action_space, box)
     obs_shape = tuple(obs_space.shape or ())
     network = ActorCritics(

@@ -127,3 +127,14 @@ def test_on_the_device_the_target_moves_by_polyak_averaging_and_a_resume_is_bit_
     restored.stop()
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(got), strict=True):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
+
+
+def test_mujoco_half_cheetah_trains_with_sac_on_ray_workers(ray_local):
+    small = dict(learning_starts=256, train_batch_size=64, samples_per_insert=64.0, hidden_sizes=(32, 32))
+    algo = Algorithm.build("SAC", env="HalfCheetah-v5", num_workers=1, min_env_steps_per_iteration=512, **small)
+    try:
+        assert algo.policy.distribution.action_shape == (6,)
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert np.isfinite(result["learner"]["loss"]) and result["env_steps_trained"] > 0
