@@ -81,3 +81,15 @@ def test_unknown_and_unimportable_models_are_one_clear_line():
     with pytest.raises(ConfigError, match="take no custom model yet"):
         sac = get_algorithm("SAC")
         sac.policy(make_config(sac.config_cls, model="two-heads"), OBS, gymnasium.spaces.Box(-1.0, 1.0, (1,)))
+
+
+def test_a_custom_model_trains_in_device_mode():
+    from jaxflow import Algorithm
+
+    algo = Algorithm.build("PPO", env="gymnax/CartPole-v1", model=TwoHeads(2, 8), num_envs=8, iterations_per_call=1)
+    try:
+        assert algo.mode == "device" and isinstance(algo.program.policy.network, TwoHeads)
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["env_steps_trained"] > 0 and jnp.isfinite(result["learner"]["loss"])
