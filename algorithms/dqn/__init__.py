@@ -12,7 +12,7 @@ from __future__ import annotations
 from jaxflow import AlgorithmSpec, DeviceSpec, LearnerHooks, RunHooks, WorkerHooks, register_algorithm
 from jaxflow.algorithms.dqn.acting import epsilon, epsilon_greedy, epsilon_schedule, explore, explore_on_device
 from jaxflow.algorithms.dqn.config import DQNConfig
-from jaxflow.algorithms.dqn.learning import encode, loss, n_step_targets, postprocess, td_errors
+from jaxflow.algorithms.dqn.learning import encode, loss, n_step_targets, postprocess, replay_fields, td_errors
 from jaxflow.algorithms.dqn.plan import multiagent_flow, plan, store_flow, train_flow
 from jaxflow.algorithms.dqn.replay import (
     beta_schedule,
@@ -60,6 +60,7 @@ __all__ = [
     "n_step_targets",
     "plan",
     "postprocess",
+    "replay_fields",
     "replay_on_device",
     "sgd_steps_per_fragment",
     "store_flow",

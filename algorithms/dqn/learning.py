@@ -57,6 +57,14 @@ def postprocess(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
     max_q_boot = jnp.take_along_axis(max_q, jnp.arange(g.shape[0])[:, None] + k, axis=0)
     q_taken = jnp.take_along_axis(traj["dist_inputs"], traj["actions"][..., None], axis=-1)[..., 0]
     td = g + discount * max_q_boot - q_taken
+    return replay_fields(traj, g, discount, k, jnp.abs(td) + config.prioritized_replay_eps)
+
+
+def replay_fields(
+    traj: Mapping[str, Array], g: Array, discount: Array, k: Array, priorities: Array
+) -> dict[str, Array]:
+    """What a replay algorithm's postprocess returns: the observations as they came, the
+    actions, the n-step returns ``g``, bootstrap discounts and offsets ``k``, and the initial priorities."""
     return dict(
         obs=traj["obs"],
         last_obs=traj["last_obs"],
@@ -64,7 +72,7 @@ def postprocess(traj: Mapping[str, Array], config: DQNConfig) -> dict[str, Array
         rewards=g,
         discounts=discount,
         next_offsets=k,
-        priorities=jnp.abs(td) + config.prioritized_replay_eps,
+        priorities=priorities,
     )
 
 

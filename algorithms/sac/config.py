@@ -12,17 +12,17 @@ NO_CLIPPING = 1e6
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig(OffPolicyConfig):
-    """SAC settings (plus :class:`~jaxflow.config.OffPolicyConfig`'s replay settings, with
-    the paper's defaults: uniform one-step replay, one SGD step of 256 per env step, Polyak
-    averaging with tau = 0.005)."""
+class ActorCriticsConfig(OffPolicyConfig):
+    """What SAC, TD3 and DDPG share (plus :class:`~jaxflow.config.OffPolicyConfig`'s replay
+    settings, with their papers' defaults: uniform one-step replay, one SGD step of 256 per
+    env step, Polyak averaging with tau = 0.005, no gradient clipping)."""
 
     rollout: RolloutConfig = param(
         None, factory=lambda: RolloutConfig(num_workers=1, num_envs_per_worker=1, rollout_fragment_length=8)
     )
-    """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); SAC's one worker steps one env, 8 steps per fragment."""
+    """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); one worker steps one env, 8 steps per fragment."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=3e-4, max_grad_norm=NO_CLIPPING))
-    """Adam for actor, critics and temperature alike (see :class:`~jaxflow.config.OptimizerConfig`); lr 3e-4, no clipping."""
+    """Adam for every part alike (see :class:`~jaxflow.config.OptimizerConfig`); lr 3e-4, no clipping."""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """Widths of the actor's and each critic's hidden ReLU layers."""
     train_batch_size: int = param(256, POSITIVE)
@@ -36,13 +36,19 @@ class SACConfig(OffPolicyConfig):
     target_update_period: int = param(1, POSITIVE)
     """SGD steps between two target updates."""
     tau: float = param(0.005, UNIT)
-    """Polyak averaging rate of the target critics per SGD step."""
+    """Polyak averaging rate of the target networks per SGD step."""
     prioritized_replay: bool = param(False)
     """Sample in proportion to |TD error|^alpha (False: uniformly, as in the paper)."""
     max_weight_sync_delay: int = param(64, POSITIVE)
     """Env steps a worker samples between two fetches of the learner's weights."""
     min_env_steps_per_iteration: int = param(1_000, NON_NEGATIVE)
     """Env steps sampled per reported training iteration."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SACConfig(ActorCriticsConfig):
+    """SAC settings (plus :class:`ActorCriticsConfig`)."""
+
     initial_alpha: float = param(1.0, POSITIVE)
     """Entropy temperature at the start; learned toward ``target_entropy``."""
     target_entropy: float | None = None

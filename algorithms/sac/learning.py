@@ -11,7 +11,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from jaxflow.algorithms.dqn import n_step_targets
+from jaxflow.algorithms.dqn import n_step_targets, replay_fields
 from jaxflow.algorithms.sac.config import SACConfig
 from jaxflow.networks import ActorCritics
 from jaxflow.policies import Policy
@@ -52,15 +52,7 @@ def postprocess(traj: Mapping[str, Array], config: SACConfig) -> dict[str, Array
     """Worker-side: n-step targets, and the same initial priority for every transition
     (uniform replay; with ``prioritized_replay``, replay's own TD errors take over)."""
     g, discount, k = n_step_targets(traj["rewards"], traj["discounts"], config.n_step)
-    return dict(
-        obs=traj["obs"],
-        last_obs=traj["last_obs"],
-        actions=traj["actions"],
-        rewards=g,
-        discounts=discount,
-        next_offsets=k,
-        priorities=jnp.ones_like(g),
-    )
+    return replay_fields(traj, g, discount, k, jnp.ones_like(g))
 
 
 def actor_inputs(policy: Policy, params: Any, obs: Array) -> Array:
