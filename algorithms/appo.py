@@ -25,6 +25,8 @@ Array = jax.Array
 class APPOConfig(IMPALAConfig):
     """APPO settings: IMPALA's, plus PPO's clipping and SGD passes over each train batch."""
 
+    loss_fields = ("vf_coef", "ent_coef", "clip_eps")
+
     clip_eps: float = param(0.2, POSITIVE)
     """Clipping of the ratio between the current and the behaviour policy."""
     num_epochs: int = param(2, POSITIVE)

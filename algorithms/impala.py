@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import chex
 import jax
@@ -42,6 +42,8 @@ Array = jax.Array
 @dataclasses.dataclass(frozen=True)
 class IMPALAConfig(CommonConfig):
     """IMPALA settings (plus :class:`~jaxflow.config.CommonConfig`)."""
+
+    loss_fields: ClassVar[tuple[str, ...]] = ("vf_coef", "ent_coef")
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`); 32-step fragments, over which V-trace runs."""

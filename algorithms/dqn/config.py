@@ -12,6 +12,8 @@ from jaxflow.config.fields import POSITIVE, UNIT, param
 class DQNConfig(OffPolicyConfig):
     """DQN settings (plus :class:`~jaxflow.config.OffPolicyConfig`'s replay settings)."""
 
+    loss_fields = ("huber_delta",)
+
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=1, rollout_fragment_length=16))
     """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); DQN's one worker samples
     16 steps per env between two replay rounds."""

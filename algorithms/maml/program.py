@@ -22,6 +22,7 @@ from jaxflow.api.ray_program import init_ray
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.envs.tasks import make_task_distribution
+from jaxflow.learn.schedules import learner_optimizer
 from jaxflow.learn.sgd import TrainState, make_optimizer
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
@@ -73,7 +74,7 @@ class MAMLProgram:
         self.policy = spec.policy(config, obs_space, gymnasium.spaces.Discrete(self.dist.num_actions))
         assert spec.loss is not None, "MAML's spec carries its meta-loss"
         self._loss = functools.partial(spec.loss, apply_fn=self.policy.apply, config=config)
-        self._optimizer = make_optimizer(config.optimizer.lr, config.optimizer.max_grad_norm)
+        self._optimizer = learner_optimizer(make_optimizer, config)
         key = jax.random.PRNGKey(config.seed)
         params = self.policy.init(key)
         train = TrainState.create(params, self._optimizer, key)

@@ -14,6 +14,8 @@ class TD3Config(ActorCriticsConfig):
     """TD3 settings (plus :class:`~jaxflow.algorithms.sac.config.ActorCriticsConfig`); noise
     scales are in the normalized action space ``[-1, 1]``."""
 
+    loss_fields = ("target_noise", "target_noise_clip")
+
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=NO_CLIPPING))
     """Adam for actor and critics (see :class:`~jaxflow.config.OptimizerConfig`); lr 1e-3, no clipping."""
     exploration_noise: float = param(0.1, NON_NEGATIVE)

@@ -4,7 +4,6 @@ replay shards, for replay algorithms)."""
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import logging
 from typing import Any
 
@@ -19,6 +18,7 @@ from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.actors import ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.learn.learner import Learner
+from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.postprocess import example_train_batch
@@ -125,8 +125,8 @@ def build_learner(
     params = policy.init(jax.random.PRNGKey(config.seed))
     num_epochs, minibatch_size = spec.learner.sgd(config)
     learner = Learner(
-        functools.partial(spec.loss, policy=policy, config=config),
-        spec.learner.optimizer(config)(config.optimizer.lr, config.optimizer.max_grad_norm),
+        bind_loss(spec.loss, policy, config),
+        learner_optimizer(spec.learner.optimizer(config), config),
         params,
         seed=config.seed,
         num_epochs=num_epochs,

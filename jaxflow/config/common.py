@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import ClassVar, Literal
 
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, _type_ok, param, require, validate
 from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import field_type, flat_names, is_field, replace_config, resolve
+from jaxflow.config.schedules import float_fields, validate_schedules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +21,10 @@ class CommonConfig:
     """
 
     on_policy = False  # not a field: on-policy algorithms set it, and cannot sample ahead
+    loss_fields: ClassVar[tuple[str, ...]] = ()
+    """Float fields that only the learner's loss reads: what ``schedules`` may name besides
+    the optimizer's ``lr`` and ``max_grad_norm`` (a field also read on the rollout workers,
+    such as ``gamma`` or GAE's lambda, would follow the schedule on one side only)."""
 
     env: str = "CartPole-v1"
     """Environment id, see `jaxflow list`."""
@@ -53,10 +58,15 @@ class CommonConfig:
     """Device mode: environments, iterations per compiled call, and the agents trained together."""
     optimizer: OptimizerConfig = param(None, factory=OptimizerConfig)
     """The learner's Adam optimizer: learning rate and gradient clipping."""
+    schedules: dict = param(None, factory=dict)
+    """Float fields that follow a piecewise-linear schedule over optimizer steps, e.g.
+    ``{"lr": [[0, 3e-4], [100000, 0.0]], "ent_coef": [[0, 0.01], [50000, 0.0]]}``
+    (see :mod:`jaxflow.config.schedules`)."""
 
     def __post_init__(self) -> None:
         validate(self)
         self._validate_sweep()
+        validate_schedules(self)
         require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         require(
             self.rollout.vector_env != "ale" or self.env.startswith("ALE/"),
@@ -81,8 +91,7 @@ class CommonConfig:
         )
         require(
             field_type(cls, resolve(cls, field)) is float,
-            f"{name}.sweep: {field!r} is not a float field; only numeric fields "
-            f"({', '.join(f for f in flat_names(cls) if field_type(cls, resolve(cls, f)) is float)}) can be swept.",
+            f"{name}.sweep: {field!r} is not a float field; only numeric fields ({', '.join(float_fields(cls))}) can be swept.",
         )
         require(
             isinstance(values, (list, tuple)) and len(values) > 0 and all(_type_ok(v, float) for v in values),

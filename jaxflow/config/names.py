@@ -17,6 +17,7 @@ and ``replace_config(config, num_workers=0)`` need no knowledge of the grouping.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 from typing import Any, TypeVar
@@ -137,3 +138,24 @@ def replace_config(config: C, /, **changes: Any) -> C:
     for g, values in held.items():
         own[g] = _with(type(config), own.get(g, getattr(config, g)), values)
     return dataclasses.replace(config, **own)  # type: ignore[type-var]  # C is a dataclass
+
+
+def with_values(config: C, values: dict[str, Any]) -> C:
+    """A copy of ``config`` whose fields (flat or dotted names) hold ``values`` as they are:
+    inside a compiled function they are tracers (a device-mode member's swept value, a
+    scheduled value at the current step).
+
+    The copy skips validation on purpose: every value was validated as a number when the run
+    was configured (the sweep's values, the schedule's points).
+    """
+    if not values:
+        return config
+    traced = copy.copy(config)
+    for k, v in values.items():
+        *group, leaf = resolve(type(config), k)
+        owner: Any = traced
+        if group:  # copy the group too: the config's own group is shared with the caller
+            owner = copy.copy(getattr(traced, group[0]))
+            object.__setattr__(traced, group[0], owner)
+        object.__setattr__(owner, leaf, v)
+    return traced

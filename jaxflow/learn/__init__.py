@@ -2,8 +2,11 @@
 
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.optimizers import every_k_steps
+from jaxflow.learn.schedules import ScheduledLoss, bind_loss, learner_optimizer, piecewise_linear, scheduled_optimizer
 from jaxflow.learn.sgd import (
+    AnyLoss,
     LossFn,
+    StepLoss,
     TrainState,
     apply_gradients,
     copy_to_target,
@@ -21,21 +24,28 @@ from jaxflow.learn.thread import LearnerThread, LearnerThreadError
 from jaxflow.learn.to_device import DeviceBatch, ToDevice, ToDeviceError
 
 __all__ = [
+    "AnyLoss",
     "DeviceBatch",
     "Learner",
     "LearnerThread",
     "LearnerThreadError",
     "LossFn",
+    "ScheduledLoss",
+    "StepLoss",
     "ToDevice",
     "ToDeviceError",
     "TrainState",
     "apply_gradients",
+    "bind_loss",
     "copy_to_target",
     "every_k_steps",
+    "learner_optimizer",
     "make_optimizer",
     "minibatch_indices",
     "minibatch_step",
     "move_target",
+    "piecewise_linear",
+    "scheduled_optimizer",
     "sgd_step",
     "sgd_update",
     "shuffle_minibatches",

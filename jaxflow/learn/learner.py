@@ -28,7 +28,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from jaxflow.learn.sgd import (
-    LossFn,
+    AnyLoss,
     TrainState,
     _check_minibatch,
     apply_gradients,
@@ -52,7 +52,7 @@ class Learner:
 
     def __init__(
         self,
-        loss_fn: LossFn,
+        loss_fn: AnyLoss,
         optimizer: optax.GradientTransformation,
         params: Any,
         seed: int = 0,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import chex
 import jax
@@ -14,6 +14,18 @@ import jax.numpy as jnp
 import optax
 
 LossFn = Callable[[Any, Mapping[str, jax.Array], jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
+
+
+@runtime_checkable
+class StepLoss(Protocol):
+    """A loss that changes with the optimizer step (a config with ``schedules``, see
+    :class:`~jaxflow.learn.schedules.ScheduledLoss`): ``at(step)`` is the loss at that step."""
+
+    def at(self, step: jax.Array) -> LossFn: ...
+
+
+AnyLoss = LossFn | StepLoss
+"""What the SGD functions take: a loss, or a loss that changes with the optimizer step."""
 
 
 class TrainState(NamedTuple):
@@ -50,12 +62,13 @@ def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformat
 
 
 def sgd_step(
-    loss_fn: LossFn, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
+    loss_fn: AnyLoss, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
 ) -> tuple[TrainState, Any]:
     """One optimizer step on one (mini)batch; the loss's metrics plus ``loss`` and ``grad_norm``."""
     key = jax.random.fold_in(state.rng, state.step)
     target = () if state.target_params is None else (state.target_params,)
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, key, *target)
+    fn = loss_fn.at(state.step) if isinstance(loss_fn, StepLoss) else loss_fn
+    (loss, metrics), grads = jax.value_and_grad(fn, has_aux=True)(state.params, batch, key, *target)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
@@ -83,7 +96,7 @@ def shuffle_minibatches(rng: jax.Array, n: int, num_epochs: int, minibatch_size:
 
 
 def minibatch_step(
-    loss_fn: LossFn,
+    loss_fn: AnyLoss,
     optimizer: optax.GradientTransformation,
     batch: Mapping[str, jax.Array],
     state: TrainState,
@@ -110,7 +123,7 @@ def _check_minibatch(n: int, minibatch_size: int | None) -> int:
 
 
 def sgd_update(
-    loss_fn: LossFn,
+    loss_fn: AnyLoss,
     optimizer: optax.GradientTransformation,
     num_epochs: int,
     minibatch_size: int | None,

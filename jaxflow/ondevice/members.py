@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import jax
 
-from jaxflow.config.names import resolve
+from jaxflow.config.names import with_values
 
 Array = jax.Array
 
@@ -35,19 +34,5 @@ def members(config: Any) -> list[Member]:
 
 
 def with_hyper(config: Any, hyper: Mapping[str, Array]) -> Any:
-    """A copy of ``config`` whose swept fields hold the member's (traced) values.
-
-    The copy skips validation on purpose: the values are tracers inside the compiled
-    function, and every one of them was validated as a number when the run was configured.
-    """
-    if not hyper:
-        return config
-    traced = copy.copy(config)
-    for k, v in hyper.items():  # k as the sweep names it, flat or dotted
-        *group, leaf = resolve(type(config), k)
-        owner = traced
-        if group:  # copy the group too: the config's own group is shared with the caller
-            owner = copy.copy(getattr(traced, group[0]))
-            object.__setattr__(traced, group[0], owner)
-        object.__setattr__(owner, leaf, v)
-    return traced
+    """A copy of ``config`` whose swept fields hold the member's (traced) values."""
+    return with_values(config, dict(hyper))

@@ -34,11 +34,12 @@ from jaxflow import envs
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.envs.gymnax_cpu import to_gymnasium_space
+from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.members import members, with_hyper
 from jaxflow.ondevice.rollout import EnvCarry, rollout
 from jaxflow.ondevice.source import OnDevice
-from jaxflow.ondevice.update import _device_optimizer, replay_update
+from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
 from jaxflow.replay import on_device as device_replay
 from jaxflow.rollout.evaluation import evaluate_policy
@@ -88,7 +89,7 @@ class DeviceProgram:
             )
         self.members = members(config)
         self._make_optimizer = spec.learner.optimizer(config)
-        self._optimizer = _device_optimizer(self._make_optimizer, config.optimizer.lr, config.optimizer.max_grad_norm)
+        self._optimizer = scheduled_optimizer(self._make_optimizer, config)
         mesh = Mesh(np.asarray(self.devices), ("batch",))
         self._replicated = NamedSharding(mesh, PartitionSpec())
         self._env_sharded = NamedSharding(mesh, PartitionSpec("batch"))
@@ -125,7 +126,7 @@ class DeviceProgram:
         key = jax.random.PRNGKey(seed)
         # As the Ray-mode learner does: parameters and learner RNG from PRNGKey(seed).
         params = self.policy.init(key)
-        optimizer = _device_optimizer(self._make_optimizer, cfg.optimizer.lr, cfg.optimizer.max_grad_norm)
+        optimizer = scheduled_optimizer(self._make_optimizer, cfg)
         train = TrainState.create(params, optimizer, key, target_network=self.device.replay is not None)
         key, k_reset = jax.random.split(jax.random.fold_in(key, 1))
         obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(
@@ -230,7 +231,7 @@ class DeviceProgram:
 
     def _run_one(self, state: AnakinState) -> tuple[AnakinState, dict[str, Array]]:
         cfg = with_hyper(self.config, state.hyper)
-        loss_fn = functools.partial(self.spec.loss, policy=self.policy, config=cfg)
+        loss_fn = bind_loss(self.spec.loss, self.policy, cfg)
         replay_settings = self.device.replay(cfg) if self.device.replay is not None else None
         num_epochs, minibatch_size = self.spec.learner.sgd(cfg)
         inside = functools.partial(jax.lax.with_sharding_constraint, shardings=self._env_sharded)

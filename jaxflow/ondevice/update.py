@@ -54,9 +54,3 @@ def replay_update(
         return carry[0], carry[1], jax.tree.map(lambda s: jnp.full(s.shape, jnp.nan, s.dtype), shapes), jnp.float32(0)
 
     return jax.lax.cond(replay.size >= rs.learning_starts, learn, wait, (train, replay))
-
-
-def _device_optimizer(factory: Any, lr: Any, max_grad_norm: Any) -> optax.GradientTransformation:
-    # The learning rate and clipping norm live in the optimizer state, so that they can
-    # differ between the vmapped members of a sweep.
-    return optax.inject_hyperparams(factory)(lr=lr, max_grad_norm=max_grad_norm)
