@@ -27,6 +27,7 @@ from jaxflow.learn.sgd import TrainState, make_optimizer
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluation_seed
+from jaxflow.rollout.normalize import refuse_normalization
 from jaxflow.rollout.worker_set import jax_actor
 
 Array = jax.Array
@@ -69,6 +70,7 @@ class MAMLProgram:
 
     def __init__(self, config: MAMLConfig, spec: AlgorithmSpec, mode: str):
         self.config, self.mode = config, "ray" if mode == "ray" else "device"
+        refuse_normalization(config, "in MAML")
         self.dist = make_task_distribution(config.env, **config.env_config)
         obs_space = gymnasium.spaces.Box(-np.inf, np.inf, self.dist.obs_shape, np.float32)
         self.policy = spec.policy(config, obs_space, gymnasium.spaces.Discrete(self.dist.num_actions))

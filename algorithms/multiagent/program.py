@@ -17,6 +17,7 @@ from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluate_policies
 from jaxflow.rollout.multiagent import MultiAgentRolloutWorker, MultiAgentWorkerSpec
+from jaxflow.rollout.normalize import refuse_normalization
 from jaxflow.rollout.worker import WorkerSpec
 from jaxflow.rollout.worker_set import WorkerSet
 
@@ -63,6 +64,7 @@ class MultiAgentProgram:
         pconfigs = {pid: config.policy_config(pid) for pid in config.policies}
         for pid in config.policies:
             pspec, pconfig = pspecs[pid], pconfigs[pid]
+            refuse_normalization(pconfig, "in multi-agent runs")
             own = [a for a in agents if config.mapping[a] == pid]
             spaces = [(probe.observation_space(a), probe.action_space(a)) for a in own]
             require(

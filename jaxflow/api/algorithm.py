@@ -17,14 +17,16 @@ import jax
 
 from jaxflow.api import checkpoint
 from jaxflow.api.program import Program, build_program, resolve_mode
-from jaxflow.api.ray_program import build_learner
+from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm, spec_of
+from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.names import make_config, replace_config
 from jaxflow.config.parsing import from_json_dict, to_json_dict
 from jaxflow.networks.models import describe_module
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.normalize import Normalizer, normalizer_init
 
 
 class Algorithm:
@@ -144,8 +146,9 @@ def find_checkpoint(path: str) -> tuple[str, dict[str, Any]]:
     return ckpt, checkpoint.load_meta(ckpt)
 
 
-def load_policy(path: str) -> tuple[Any, Policy, Any]:
-    """``(config, policy, params)`` of a checkpoint of a standard program, without starting Ray."""
+def load_policy(path: str) -> tuple[Any, Policy, Any, Normalizer | None]:
+    """``(config, policy, params, normalizer)`` of a checkpoint of a standard program, without
+    starting Ray; ``normalizer`` holds the run's observation statistics where it normalized them."""
     from jaxflow.ondevice.program import DeviceProgram
 
     ckpt, meta = find_checkpoint(path)
@@ -154,7 +157,11 @@ def load_policy(path: str) -> tuple[Any, Policy, Any]:
     if resolve_mode(config, spec) == "device":
         program = DeviceProgram(config, spec)
         program.set_state(checkpoint.restore_state(ckpt, program.get_state()))
-        return config, program.policy, program.get_weights()
+        return config, program.policy, program.get_weights(), None
     policy, learner = build_learner(config, spec)
-    state = checkpoint.restore_state(ckpt, learner.get_state())
-    return config, policy, jax.device_get(state.params)
+    stats = normalizer_init(config, tuple(env_spaces(config, spec)[0].shape or ()))
+    if stats is None:
+        state = checkpoint.restore_state(ckpt, learner.get_state())
+        return config, policy, jax.device_get(state.params), None
+    state, stats = checkpoint.restore_state(ckpt, NormalizedState(learner.get_state(), stats))
+    return config, policy, jax.device_get(state.params), stats

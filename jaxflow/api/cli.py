@@ -183,8 +183,8 @@ def _evaluate(args: argparse.Namespace) -> int:
             algo.stop()
         print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
         return 0
-    config, policy, params = load_policy(args.checkpoint)
-    out = evaluate_policy(config, policy, params, args.episodes, args.seed)
+    config, policy, params, normalizer = load_policy(args.checkpoint)
+    out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer)
     print(
         f"{config.env}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
     )

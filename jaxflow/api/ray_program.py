@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium
 import jax
@@ -21,11 +21,19 @@ from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.normalize import Normalizer, normalizer_init
 from jaxflow.rollout.postprocess import example_train_batch
 from jaxflow.rollout.worker import WorkerSpec
 from jaxflow.rollout.worker_set import WorkerSet
 
 log = logging.getLogger(__name__)
+
+
+class NormalizedState(NamedTuple):
+    """A checkpoint of a run that normalizes: the learner's state and the run's statistics."""
+
+    learner: Any
+    normalizer: Normalizer | None
 
 
 class RayProgram:
@@ -61,6 +69,11 @@ class RayProgram:
             warm_up.result()
         extra = () if self.replay is None else (self.replay,)
         self._results = spec.plan(self.workers, self.learner, config, *extra)
+        obs_space, _ = env_spaces(config, spec)
+        self.workers.normalizer = normalizer_init(config, tuple(obs_space.shape or ()))
+        self.normalizes = self.workers.normalizer is not None
+        if self.normalizes:  # the workers' statistics merged once per training iteration
+            self._results = self._results.for_each(self._sync_normalizers)
 
     def _start_warm_up(self, worker_spec: WorkerSpec) -> concurrent.futures.Future | None:
         # Compiling the update takes seconds; overlapping it with worker start-up takes
@@ -77,17 +90,29 @@ class RayProgram:
     def results(self) -> LocalIterator[dict[str, Any]]:
         return self._results
 
+    def _sync_normalizers(self, result: dict[str, Any]) -> dict[str, Any]:
+        self.workers.sync_normalizers()
+        return result
+
     def get_state(self) -> Any:
+        """The learner's state, and with normalization the run's statistics beside it."""
+        if self.normalizes:
+            return NormalizedState(self.learner.get_state(), self.workers.normalizer)
         return self.learner.get_state()
 
     def set_state(self, state: Any) -> None:
+        if self.normalizes:
+            state, stats = state
+            self.workers.set_normalizers(stats)
         self.learner.set_state(state)
         self.workers.sync_weights(self.learner.get_weights(), self.learner.version)
 
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
-        """The learner's greedy policy for ``episodes`` episodes, in this process."""
+        """The learner's greedy policy for ``episodes`` episodes, in this process (observations
+        normalized with the run's statistics)."""
         del member  # one agent
-        return evaluate_policy(self.config, self.policy, self.learner.get_weights(), episodes, seed)
+        weights = self.learner.get_weights()
+        return evaluate_policy(self.config, self.policy, weights, episodes, seed, self.workers.normalizer)
 
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits

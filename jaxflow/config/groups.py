@@ -49,6 +49,13 @@ class RolloutConfig:
     """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
     worker's policy acts on that GPU instead of the worker's CPU, which then only steps envs
     (with num_workers=0 the driver's worker acts on the driver's default device either way)."""
+    normalize_observations: bool = False
+    """Observations normalized by the running mean and std of all observations the workers
+    saw, merged on the driver every iteration, saved in checkpoints and used by evaluation."""
+    scale_rewards: bool = False
+    """Rewards divided by the running std of each env's discounted return (Engstrom et al., 2020)."""
+    normalize_clip: float = param(10.0, POSITIVE)
+    """Normalized observations and scaled rewards are clipped to [-normalize_clip, normalize_clip]."""
 
     def __post_init__(self) -> None:
         validate(self)

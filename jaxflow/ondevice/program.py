@@ -43,6 +43,7 @@ from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
 from jaxflow.replay import on_device as device_replay
 from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.normalize import refuse_normalization
 
 Array = jax.Array
 
@@ -73,6 +74,7 @@ class DeviceProgram:
         if spec.run.device is None:
             raise ConfigError(f"{spec.name} has no on-device mode; use mode='ray'.")
         self.config, self.spec, self.device = config, spec, spec.run.device
+        refuse_normalization(config, "in device mode")
         self.env, self.env_params = envs.make(config.env, **config.env_config)
         obs_space = to_gymnasium_space(self.env.observation_space(self.env_params))
         action_space = to_gymnasium_space(self.env.action_space(self.env_params))

@@ -12,6 +12,7 @@ import numpy as np
 from jaxflow import envs
 from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.normalize import Normalizer, normalize_observations
 
 
 def evaluation_seed(config: Any, seed: int | None) -> int:
@@ -31,9 +32,19 @@ def summarize_returns(returns: Sequence[float], **extra: Any) -> dict[str, Any]:
     }
 
 
-def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, seed: int | None = None) -> dict[str, Any]:
+def evaluate_policy(
+    config: Any,
+    policy: Policy,
+    params: Any,
+    episodes: int,
+    seed: int | None = None,
+    normalizer: Normalizer | None = None,
+) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
-    of ``config.env``, stepped on the host."""
+    of ``config.env``, stepped on the host; observations normalized with ``normalizer``'s
+    statistics (fixed: evaluation counts nothing) where the run normalizes them. Returns are
+    the environment's own rewards, never scaled."""
+    stats = None if normalizer is None else normalizer.obs
     seed = evaluation_seed(config, seed)
     env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
     act = jax.jit(policy.greedy)
@@ -42,7 +53,9 @@ def evaluate_policy(config: Any, policy: Policy, params: Any, episodes: int, see
         obs, _ = env.reset(seed=seed + e)
         done, total, n = False, 0.0, 0
         while not done:
-            action = policy.distribution.to_env(np.asarray(act(params, np.asarray(obs, np.float32)[None])))[0]
+            x = np.asarray(obs, np.float32)[None]
+            x = x if stats is None else normalize_observations(stats, x, config.rollout.normalize_clip)
+            action = policy.distribution.to_env(np.asarray(act(params, x)))[0]
             action = action.item() if action.ndim == 0 else action
             obs, r, terminated, truncated, _ = env.step(action)
             total, n, done = total + float(r), n + 1, terminated or truncated

@@ -16,6 +16,7 @@ from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow.iterators import _call
 from jaxflow.policies.policy import Policy, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
+from jaxflow.rollout.normalize import HostNormalizer, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.sample_ahead import SampleAhead
 from jaxflow.rollout.truncation import bootstrap_truncations
@@ -137,7 +138,9 @@ class RolloutWorker:
         self._explore = spec.explore
         self._key = jax.random.PRNGKey(seed)
         self._rng = np.random.default_rng(seed)
-        self._obs = [env.reset() for env in self.envs]
+        first = [env.reset() for env in self.envs]
+        self.normalizer = HostNormalizer(cfg, first[0].shape[1:], sum(len(o) for o in first))
+        self._obs = [self.normalizer.observe(o) for o in first]
         self.env_steps = 0
         # (params, version) as one value: a sampler thread reads both at once.
         self._weights: tuple[Any, int] = (None, -1)
@@ -156,6 +159,14 @@ class RolloutWorker:
 
     def set_weights(self, weights: Any, version: int) -> None:
         self._weights = (jax.device_put(weights), version)
+
+    def pop_normalizer(self) -> Normalizer | None:
+        """The normalizer statistics of the samples seen since the last call (for the driver to merge)."""
+        return self.normalizer.pop_delta()
+
+    def set_normalizer(self, stats: Normalizer) -> None:
+        """The run's normalizer statistics, merged on the driver."""
+        self.normalizer.set_stats(stats)
 
     def sample(self) -> SampleBatch:
         """One fragment ``[T, B]``: obs, actions, logp, dist_inputs (the policy's distribution
@@ -215,17 +226,19 @@ class RolloutWorker:
             # it runs during the reward bookkeeping.
             with env_watch:
                 step = self.envs[g].step_wait()
-            out[g] = self._forward(params, step.obs)
+            next_obs = self.normalizer.observe(step.obs)
+            out[g] = self._forward(params, next_obs)
 
             def final_value() -> np.ndarray:
                 with policy_watch:
-                    return unpack(self._forward(params, step.final_obs))[1]
+                    return unpack(self._forward(params, self.normalizer.normalize(step.final_obs)))[1]
 
             cols = slice(g * n, (g + 1) * n)
+            reward = self.normalizer.rewards(cols, step.reward, step.terminated | step.truncated)
             rewards[t, cols], discounts[t, cols] = bootstrap_truncations(
-                step.reward, step.terminated, step.truncated, cfg.gamma, final_value
+                reward, step.terminated, step.truncated, cfg.gamma, final_value
             )
-            self._obs[g] = step.obs
+            self._obs[g] = next_obs
 
         # With several groups, one group's emulators run while the worker waits for the policy
         # on the next group and picks its actions (double buffering at two groups).

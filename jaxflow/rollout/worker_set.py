@@ -15,6 +15,7 @@ from jaxflow import envs
 from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, FREE_CPU_PATIENCE_S, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.actors import jax_actor
+from jaxflow.rollout.normalize import Normalizer, normalizer_merge
 from jaxflow.rollout.worker import RolloutWorker
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class WorkerSet:
         # Multi-agent workers take each policy's weights on their own and keep the rest.
         self._merge = getattr(self.worker_cls, "merge_weights", lambda old, new: new)
         self._weights = self._version = None
+        self.normalizer: Normalizer | None = None  # the run's statistics, merged by sync_normalizers
         self.timeout_s = cfg.rollout.worker_timeout_s
         self.num_restarts = 0
         self._incarnation: dict[int, int] = {}
@@ -135,6 +137,39 @@ class WorkerSet:
         elif h is not None:
             h.set_weights.remote(weights, version)
 
+    def sync_normalizers(self) -> Normalizer | None:
+        """Merges every worker's normalizer statistics since the last sync into the run's
+        and sends the result back to all of them; returns the run's statistics. A worker
+        that does not answer is left to the plan, which meets its failure on its next call."""
+        deltas: list[Normalizer | None] = []
+        remote = []
+        for i, h in self.live():
+            if isinstance(h, _InDriver):
+                deltas.append(h.worker.pop_normalizer())
+            else:
+                remote.append((i, h.pop_normalizer.remote()))
+        for i, ref in remote:
+            try:
+                deltas.append(ray.get(ref, timeout=self.timeout_s))
+            except (ray.exceptions.RayError, TimeoutError) as e:
+                log.warning("rollout worker %d sent no normalizer statistics (%s)", i, e)
+        for delta in filter(None, deltas):
+            self.normalizer = delta if self.normalizer is None else normalizer_merge(self.normalizer, delta)
+        self.set_normalizers(self.normalizer)
+        return self.normalizer
+
+    def set_normalizers(self, stats: Normalizer | None) -> None:
+        """Sends the run's normalizer statistics to every worker (after a restore, or a sync)."""
+        self.normalizer = stats
+        if stats is None:
+            return
+        ref = ray.put(stats) if any(not isinstance(h, _InDriver) for h in self._slots.values()) else None
+        for h in self._slots.values():
+            if isinstance(h, _InDriver):
+                h.worker.set_normalizer(stats)
+            else:
+                h.set_normalizer.remote(ref)
+
     def on_failure(self, index: int, error: BaseException) -> None:
         mode = self.config.rollout.on_worker_failure
         if mode == "raise":
@@ -151,6 +186,8 @@ class WorkerSet:
         new = self._create(index)
         self._check_started([(index, new)])
         new.set_weights.remote(ray.put(self._weights), self._version)
+        if self.normalizer is not None:  # it normalizes as the others do from its first step
+            new.set_normalizer.remote(self.normalizer)
         self._slots[index] = new
         self.num_restarts += 1
         log.warning("rollout worker %d failed (%s); restarted it (restart #%d)", index, error, self.num_restarts)
