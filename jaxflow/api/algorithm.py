@@ -157,7 +157,7 @@ def load_policy(path: str) -> tuple[Any, Policy, Any, Normalizer | None]:
     if resolve_mode(config, spec) == "device":
         program = DeviceProgram(config, spec)
         program.set_state(checkpoint.restore_state(ckpt, program.get_state()))
-        return config, program.policy, program.get_weights(), None
+        return config, program.policy, program.get_weights(), program.get_normalizer()
     policy, learner = build_learner(config, spec)
     stats = normalizer_init(config, tuple(env_spaces(config, spec)[0].shape or ()))
     if stats is None:

@@ -37,13 +37,13 @@ from jaxflow.envs.gymnax_cpu import to_gymnasium_space
 from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.members import members, with_hyper
-from jaxflow.ondevice.rollout import EnvCarry, rollout
+from jaxflow.ondevice.rollout import EnvCarry, count_observations, rollout
 from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
 from jaxflow.replay import on_device as device_replay
 from jaxflow.rollout.evaluation import evaluate_policy
-from jaxflow.rollout.normalize import refuse_normalization
+from jaxflow.rollout.normalize import Normalizer, normalizer_init
 
 Array = jax.Array
 
@@ -74,7 +74,6 @@ class DeviceProgram:
         if spec.run.device is None:
             raise ConfigError(f"{spec.name} has no on-device mode; use mode='ray'.")
         self.config, self.spec, self.device = config, spec, spec.run.device
-        refuse_normalization(config, "in device mode")
         self.env, self.env_params = envs.make(config.env, **config.env_config)
         obs_space = to_gymnasium_space(self.env.observation_space(self.env_params))
         action_space = to_gymnasium_space(self.env.action_space(self.env_params))
@@ -134,7 +133,10 @@ class DeviceProgram:
         obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(
             jax.random.split(k_reset, self.num_envs), self.env_params
         )
-        carry = EnvCarry(env_state, obs, jnp.zeros(self.num_envs, jnp.float32), jnp.zeros(self.num_envs, jnp.int32))
+        zeros = jnp.zeros(self.num_envs, jnp.float32)
+        norm = count_observations(normalizer_init(cfg, obs.shape[1:], jnp), obs)  # the first observations
+        discounted = zeros if norm is not None and norm.ret is not None else None
+        carry = EnvCarry(env_state, obs, zeros, jnp.zeros(self.num_envs, jnp.int32), norm, discounted)
         replay = None
         if self.device.replay is not None:
             example = jax.eval_shape(self._learner_batch, params, carry, key)
@@ -180,7 +182,10 @@ class DeviceProgram:
                 for f in AnakinState._fields
                 if f != "envs"
             },
-            envs=jax.tree.map(lambda _: env_sharding, state.envs),
+            # The statistics are the run's, not per env: replicated like the parameters.
+            envs=jax.tree.map(lambda _: env_sharding, state.envs)._replace(
+                normalizer=jax.tree.map(lambda _: self._replicated, state.envs.normalizer)
+            ),
         )
 
     def get_state(self) -> AnakinState:
@@ -263,7 +268,8 @@ class DeviceProgram:
                 train, replay, metrics, trained = replay_update(
                     loss_fn, self._optimizer, replay_settings, state.train, state.replay, batch, k_train
                 )
-            state = AnakinState(train, jax.tree.map(inside, carry), key, state.iteration + 1, state.hyper, replay)
+            carry = jax.tree.map(inside, carry._replace(normalizer=None))._replace(normalizer=carry.normalizer)
+            state = AnakinState(train, carry, key, state.iteration + 1, state.hyper, replay)
             metrics = {k: v for k, v in metrics.items() if v.ndim == 0}
             return state, dict(metrics, episode_returns=returns, episode_lengths=lengths, trained=trained)
 
@@ -275,8 +281,14 @@ class DeviceProgram:
         return self._results
 
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
-        """Member ``member``'s greedy policy for ``episodes`` episodes (stepped on the host)."""
-        return evaluate_policy(self.config, self.policy, self.get_weights(member), episodes, seed)
+        """Member ``member``'s greedy policy for ``episodes`` episodes (stepped on the host),
+        with its observation statistics where the run normalizes."""
+        weights, stats = self.get_weights(member), self.get_normalizer(member)
+        return evaluate_policy(self.config, self.policy, weights, episodes, seed, stats)
+
+    def get_normalizer(self, member: int = 0) -> Normalizer | None:
+        """One member's normalizer statistics as numpy arrays (None where the run normalizes nothing)."""
+        return jax.tree.map(lambda x: np.asarray(x[member]), jax.device_get(self.state.envs.normalizer))
 
     def stop(self) -> None:
         """Nothing runs between calls: no threads or actors to stop."""

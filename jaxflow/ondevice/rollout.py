@@ -10,18 +10,40 @@ import jax
 import jax.numpy as jnp
 
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.normalize import (
+    Normalizer,
+    discounted_returns,
+    moments_merge,
+    moments_of,
+    normalize_observations,
+    scale_rewards,
+)
 from jaxflow.rollout.truncation import truncation_bootstrap
 
 Array = jax.Array
 
 
 class EnvCarry(NamedTuple):
-    """The environments between two steps: ``[B, ...]`` states, observations, running episodes."""
+    """The environments between two steps: ``[B, ...]`` states, observations (as the
+    environments gave them), running episodes; and where the run normalizes, its statistics
+    (replicated, not per env) and each env's discounted return for reward scaling."""
 
     env_state: Any
     obs: Array
     episode_return: Array
     episode_length: Array
+    normalizer: Normalizer | None = None
+    discounted: Array | None = None
+
+
+def observed(norm: Normalizer | None, obs: Array, clip: float) -> Array:
+    """``obs`` as the policy sees it: normalized with the statistics where the run normalizes."""
+    return obs if norm is None or norm.obs is None else normalize_observations(norm.obs, obs, clip)
+
+
+def count_observations(norm: Normalizer | None, obs: Array) -> Normalizer | None:
+    """The statistics with the ``[B, ...]`` observations ``obs`` counted in."""
+    return norm if norm is None or norm.obs is None else norm._replace(obs=moments_merge(norm.obs, moments_of(obs)))
 
 
 def step_envs(
@@ -79,8 +101,9 @@ def rollout(
         cut = jnp.arange(num_steps)[:, None] == truncated_at[None, :]  # [T, B]: where each env truncated
         v_final = policy.apply(params, truncated_obs)[1]
         traj["rewards"], _ = truncation_bootstrap(traj["rewards"], jnp.zeros_like(cut), cut, config.gamma, v_final)
-    traj["bootstrap_value"] = policy.apply(params, carry.obs)[1]
-    traj["last_obs"] = carry.obs
+    last_obs = observed(carry.normalizer, carry.obs, config.rollout.normalize_clip)
+    traj["bootstrap_value"] = policy.apply(params, last_obs)[1]
+    traj["last_obs"] = last_obs
     return carry, traj, ended
 
 
@@ -101,7 +124,9 @@ def _step(
     c, truncated_obs, truncated_at = inner
     t, key = xs
     k_act, k_env = jax.random.split(key)
-    inputs, values = policy.apply(params, c.obs)
+    clip = config.rollout.normalize_clip
+    x = observed(c.normalizer, c.obs, clip)
+    inputs, values = policy.apply(params, x)
     if act is None:
         actions, logp = policy.distribution.sample(k_act, inputs)
     else:
@@ -109,19 +134,22 @@ def _step(
     obs, env_state, reward, terminated, truncated, final_obs = step_envs(
         env, env_params, jax.random.split(k_env, num_envs), c.env_state, policy.distribution.to_env(actions)
     )
+    norm = count_observations(c.normalizer, obs)
+    final_x = observed(norm, final_obs, clip)
     if once:  # bootstrapped after the scan, from the remembered final observations
         v_final = jnp.zeros_like(reward)
-        truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_obs, truncated_obs)
+        truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_x, truncated_obs)
         truncated_at = jnp.where(truncated, t, truncated_at)
     else:
         v_final = jax.lax.cond(
-            truncated.any(), lambda: policy.apply(params, final_obs)[1], lambda: jnp.zeros_like(reward)
+            truncated.any(), lambda: policy.apply(params, final_x)[1], lambda: jnp.zeros_like(reward)
         )
-    rewards, discounts = truncation_bootstrap(reward, terminated, truncated, config.gamma, v_final)
     done = terminated | truncated
+    norm, scaled, discounted = _scale(norm, c.discounted, reward, done, config.gamma, clip)
+    rewards, discounts = truncation_bootstrap(scaled, terminated, truncated, config.gamma, v_final)
     episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
     out = dict(
-        obs=c.obs,
+        obs=x,
         actions=actions,
         logp=logp,
         dist_inputs=inputs,
@@ -130,5 +158,19 @@ def _step(
         discounts=discounts.astype(jnp.float32),
     )
     ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
-    c = EnvCarry(env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length))
+    c = EnvCarry(
+        env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length), norm, discounted
+    )
     return (c, truncated_obs, truncated_at), (out, ended)
+
+
+def _scale(
+    norm: Normalizer | None, discounted: Array | None, reward: Array, done: Array, gamma: float, clip: float
+) -> tuple[Normalizer | None, Array, Array | None]:
+    """Reward scaling's step: the statistics with the discounted returns counted, the scaled
+    rewards, and the discounted returns the next step adds to."""
+    if norm is None or norm.ret is None:
+        return norm, reward, discounted
+    returns, discounted = discounted_returns(discounted, reward, done, gamma)
+    ret = moments_merge(norm.ret, moments_of(returns))
+    return norm._replace(ret=ret), scale_rewards(ret, reward, clip), discounted

@@ -108,9 +108,39 @@ def test_a_worker_normalizes_observations_with_the_statistics_including_them():
     assert np.abs(data["obs"]).max() <= 10.0 and abs(float(data["obs"][-1].mean())) < 3
 
 
-@pytest.mark.parametrize(("mode", "env"), [("device", "gymnax/Pendulum-v1")])
-def test_runs_that_cannot_normalize_refuse_it(mode, env):
+def test_maml_refuses_to_normalize():
     with pytest.raises(
-        ConfigError, match="normalize_observations and scale_rewards work on Ray rollout workers, not in device mode"
+        ConfigError, match="normalize_observations and scale_rewards work on Ray rollout workers, not in MAML"
     ):
-        Algorithm.build("PPO", env=env, mode=mode, normalize_observations=True)
+        Algorithm.build("MAML", normalize_observations=True)
+
+
+def test_device_mode_counts_every_observation_and_return_and_checkpoints_them(tmp_path):
+    algo = Algorithm.build(
+        "PPO",
+        env="gymnax/Pendulum-v1",
+        num_envs=8,
+        rollout_fragment_length=16,
+        minibatch_size=64,
+        iterations_per_call=2,
+        normalize_observations=True,
+        scale_rewards=True,
+    )
+    result = algo.train()
+    stats = algo.program.get_normalizer()
+    steps = 2 * 8 * 16
+    assert result["env_steps_sampled"] == steps
+    assert float(stats.obs.count) == steps + 8 and float(stats.ret.count) == steps
+    # Undone with the final statistics, the last observations are Pendulum's again: cos^2 + sin^2 = 1.
+    carry = algo.program.state.envs
+    raw = np.asarray(carry.obs[0])
+    last = normalize_observations(stats.obs, raw, 10.0)
+    np.testing.assert_allclose(last * moments_std(stats.obs) + stats.obs.mean, raw, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose((raw[:, :2] ** 2).sum(-1), 1.0, atol=1e-5)
+    path = algo.save(str(tmp_path))
+    evaluated = algo.evaluate(episodes=1, seed=2)
+    algo.stop()
+    restored = Algorithm.restore(path)
+    np.testing.assert_array_equal(restored.program.get_normalizer().obs.m2, stats.obs.m2)
+    assert restored.evaluate(episodes=1, seed=2)["returns"] == evaluated["returns"]
+    restored.stop()
