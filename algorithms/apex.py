@@ -27,7 +27,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.algorithms.dqn import DQN, DQNConfig, beta_schedule, epsilon_greedy, make_replay
-from jaxflow.config import RolloutConfig
+from jaxflow.config import DistributedReplayConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
 
@@ -45,8 +45,9 @@ class APEXConfig(DQNConfig):
     """Transitions kept over all replay shards."""
     train_batch_size: int = param(128, POSITIVE)
     """Replayed transitions per SGD step."""
-    replay_batch_size: int = param(512, POSITIVE)
-    """Transitions per replay request (the paper's 512), split into SGD steps of ``train_batch_size``."""
+    distributed: DistributedReplayConfig = param(None, factory=DistributedReplayConfig)
+    """Replay requests, requests in flight and the learner thread's queues (see
+    :class:`~jaxflow.config.DistributedReplayConfig`)."""
     samples_per_insert: float | None = None  # type: ignore[assignment]  # Ape-X's limiter is optional, DQN's is not
     """Rate limiter (Reverb's sample-to-insert ratio) on every shard; None (default) lets the
     learner replay as fast as it can, as in the paper."""
@@ -58,34 +59,44 @@ class APEXConfig(DQNConfig):
     """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
     worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
     """alpha in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
-    replay_num_async: int = param(2, POSITIVE)
-    """Sample requests in flight per shard."""
-    rollouts_num_async: int = param(2, POSITIVE)
-    """Sample requests in flight per actor."""
-    learner_queue_size: int = param(4, POSITIVE)
-    """Replayed batches waiting for the learner thread (and results waiting for the plan)."""
     min_env_steps_per_iteration: int = param(5_000, NON_NEGATIVE)
     """Env steps sampled per reported training iteration."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(
-            self.replay_batch_size % self.train_batch_size == 0,
-            f"replay_batch_size ({self.replay_batch_size}) must be a multiple of train_batch_size ({self.train_batch_size}).",
-        )
-        require(self.rollout.num_workers >= 1, "APEXConfig.num_workers must be >= 1: its actors are Ray actors.")
-        require(
-            self.samples_per_insert is None or self.samples_per_insert > 0,
-            f"APEXConfig.samples_per_insert must be None (no rate limiter) or > 0, got {self.samples_per_insert!r}.",
-        )
+        check_distributed(self)
+
+
+def check_distributed(config: Any) -> None:
+    """What Ape-X's plan needs of any config it runs: whole SGD steps in a replay request,
+    actors that are Ray actors, and a rate limiter that is off or positive."""
+    name, batch = type(config).__name__, config.distributed.replay_batch_size
+    require(
+        batch % config.train_batch_size == 0,
+        f"replay_batch_size ({batch}) must be a multiple of train_batch_size ({config.train_batch_size}).",
+    )
+    require(config.rollout.num_workers >= 1, f"{name}.num_workers must be >= 1: its actors are Ray actors.")
+    require(
+        config.samples_per_insert is None or config.samples_per_insert > 0,
+        f"{name}.samples_per_insert must be None (no rate limiter) or > 0, got {config.samples_per_insert!r}.",
+    )
+
+
+def actor_rate(base: float, alpha: float, worker_index: int, num_workers: int) -> float:
+    """Ape-X's fixed per-actor exploration ``base^(1 + alpha i / (N - 1))`` (Horgan et al.,
+    2018, Section 4.1: epsilons for DQN); a single actor uses ``base``.
+
+    Example:
+        >>> [round(actor_rate(0.4, 7.0, i, 3), 4) for i in range(3)]
+        [0.4, 0.0162, 0.0007]
+    """
+    exponent = 1.0 + (alpha * worker_index / (num_workers - 1) if num_workers > 1 else 0.0)
+    return base**exponent
 
 
 def worker_epsilon(config: APEXConfig, worker_index: int) -> float:
-    """Ape-X's fixed per-actor exploration rates ``eps_i = eps^(1 + alpha i / (N - 1))``
-    (Horgan et al., 2018, Section 4.1); a single actor uses ``eps``."""
-    n = config.rollout.num_workers
-    exponent = 1.0 + (config.worker_epsilon_alpha * worker_index / (n - 1) if n > 1 else 0.0)
-    return config.worker_epsilon_base**exponent
+    """Actor ``worker_index``'s epsilon, :func:`actor_rate` of ``worker_epsilon_base``."""
+    return actor_rate(config.worker_epsilon_base, config.worker_epsilon_alpha, worker_index, config.rollout.num_workers)
 
 
 def explore(
@@ -98,28 +109,29 @@ def make_limited_replay(config: APEXConfig) -> Any:
     # The slack admits one actor's fragment after a full batch, so some call can always proceed.
     r = config.samples_per_insert
     fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
-    slack = 0.0 if r is None else r * fragment + config.replay_batch_size
+    slack = 0.0 if r is None else r * fragment + config.distributed.replay_batch_size
     return make_replay(config, r, slack)
 
 
 def plan(workers, learner, config: APEXConfig, replay):
-    thread = learner.start_thread(inqueue_size=config.learner_queue_size, outqueue_size=config.learner_queue_size)
+    d = config.distributed
+    thread = learner.start_thread(inqueue_size=d.learner_queue_size, outqueue_size=d.learner_queue_size)
     # (1) actors sample asynchronously into random shards and fetch new weights every so often
     store = (
-        ParallelRollouts(workers, mode="async", num_async=config.rollouts_num_async)
+        ParallelRollouts(workers, mode="async", num_async=d.rollouts_num_async)
         .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
         .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay))
     )
     # (2) replayed batches from every shard go to the learner's devices ahead of the learner thread
     replayed = ParallelReplay(
-        replay, config.replay_batch_size, beta=beta_schedule(learner, config), num_async=config.replay_num_async
+        replay, d.replay_batch_size, beta=beta_schedule(learner, config), num_async=d.replay_num_async
     )
     feed = ToDevice(replayed, learner).for_each(Enqueue(thread))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags
     update = (
         Dequeue(thread)
         .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
-        .for_each(UpdateTargetNetwork(learner, config.target_update_period))
+        .for_each(UpdateTargetNetwork(learner, config.target_update_period, config.tau))
     )
     return ReportMetrics(
         Concurrently([store, feed, update], mode="async", output_indexes=[2]),

@@ -250,7 +250,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         (
             f"Each run trains for {args['apex_steps']:,} sampled env steps. An update is one replayed batch of "
-            f"{report['apex_config']['replay_batch_size']} ({report['apex_config']['replay_batch_size'] // report['apex_config']['train_batch_size']} "
+            f"{report['apex_config']['distributed']['replay_batch_size']} ({report['apex_config']['distributed']['replay_batch_size'] // report['apex_config']['train_batch_size']} "
             'SGD steps). "Steady" rates leave out the first iteration (compilation, filling to learning_starts).'
         ),
         "",

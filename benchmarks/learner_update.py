@@ -56,7 +56,7 @@ def impala_batch(rng: np.random.Generator, config: Any) -> dict[str, np.ndarray]
 
 def apex_batch(rng: np.random.Generator, config: Any) -> dict[str, np.ndarray]:
     """A replayed Ape-X batch of ``replay_batch_size`` transitions with importance weights."""
-    n = config.replay_batch_size
+    n = config.distributed.replay_batch_size
     return {
         "obs": rng.integers(0, 256, (n,) + OBS, dtype=np.uint8),
         "next_obs": rng.integers(0, 256, (n,) + OBS, dtype=np.uint8),

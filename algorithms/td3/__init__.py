@@ -20,6 +20,7 @@ from jaxflow.algorithms.td3.learning import (
     explore,
     explore_on_device,
     loss,
+    noisy_actions,
     optimizer,
     smoothed_target_actions,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "explore",
     "explore_on_device",
     "loss",
+    "noisy_actions",
     "optimizer",
     "policy",
     "smoothed_target_actions",

@@ -29,10 +29,17 @@ def explore(
     """Worker-side: uniform actions for the first ``random_steps``, then ``clip(tanh(inputs)
     + N(0, exploration_noise^2), -1, 1)``; log-probabilities 0 (the actor is deterministic)."""
     del worker_index
+    return noisy_actions(rng, inputs, config.exploration_noise, env_steps < config.random_steps)
+
+
+def noisy_actions(
+    rng: np.random.Generator, inputs: np.ndarray, noise: float, uniform: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``clip(tanh(inputs) + N(0, noise^2), -1, 1)``, or uniform actions; log-probabilities 0."""
     shape, zeros = inputs.shape, np.zeros(inputs.shape[0], np.float32)
-    if env_steps < config.random_steps:
+    if uniform:
         return rng.uniform(-1.0, 1.0, shape).astype(np.float32), zeros
-    noisy = np.tanh(inputs) + config.exploration_noise * rng.standard_normal(shape)
+    noisy = np.tanh(inputs) + noise * rng.standard_normal(shape)
     return np.clip(noisy, -1.0, 1.0).astype(np.float32), zeros
 
 

@@ -24,7 +24,7 @@ from jaxflow.config.fields import (
     require,
     validate,
 )
-from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
+from jaxflow.config.groups import DeviceConfig, DistributedReplayConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import flat_names, make_config, replace_config, resolve
 from jaxflow.config.off_policy import OffPolicyConfig
 from jaxflow.config.parsing import from_json_dict, load_config_file, parse_value, to_json_dict, with_overrides
@@ -45,6 +45,7 @@ __all__ = [
     "CommonConfig",
     "ConfigError",
     "DeviceConfig",
+    "DistributedReplayConfig",
     "OffPolicyConfig",
     "OptimizerConfig",
     "RolloutConfig",

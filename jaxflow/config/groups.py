@@ -104,3 +104,21 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedReplayConfig:
+    """Ape-X's shape (Horgan et al., 2018): actors sampling asynchronously, replayed batches
+    read ahead from the shards, and a learner thread with queues on both sides."""
+
+    replay_batch_size: int = param(512, POSITIVE)
+    """Transitions per replay request (the paper's 512), split into SGD steps of ``train_batch_size``."""
+    replay_num_async: int = param(2, POSITIVE)
+    """Sample requests in flight per shard."""
+    rollouts_num_async: int = param(2, POSITIVE)
+    """Sample requests in flight per actor."""
+    learner_queue_size: int = param(4, POSITIVE)
+    """Replayed batches waiting for the learner thread (and results waiting for the plan)."""
+
+    def __post_init__(self) -> None:
+        validate(self)
