@@ -1,6 +1,7 @@
 """Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
 multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
-A CPU env's observations that are not a ``Box`` come flattened to a float32 vector.
+A CPU env's observations that are not a ``Box`` come flattened to a float32 vector (a
+``Dict``'s ``action_mask`` last, for masked policies).
 
 Installed as ``jaxflow.envs``; imports nothing of the engine (jaxflow's other
 sub-packages) or of ``jaxflow.algorithms``.
@@ -9,6 +10,8 @@ sub-packages) or of ``jaxflow.algorithms``.
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
+from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
+from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
 from jaxflow.envs.multiagent import (
     CoordinationGame,
     MultiAgentEnvError,
@@ -37,13 +40,17 @@ from jaxflow.envs.vector import EnvSpaceError, VectorEnv, VectorStep
 __all__ = [
     "GYMNAX_PREFIX",
     "ALEVectorEnv",
+    "ActionMaskError",
     "AtariConfig",
     "AtariConfigError",
     "CoordinationGame",
     "EnvContext",
     "EnvKindError",
     "EnvSpaceError",
+    "FlatMaskedObservation",
     "FlatObservation",
+    "MaskedBox",
+    "MaskedChoice",
     "MultiAgentEnvError",
     "MultiAgentStep",
     "MultiAgentVectorEnv",

@@ -4,7 +4,8 @@
 ``Discrete`` observations become one-hot vectors, ``MultiDiscrete`` one one-hot block per
 component, ``MultiBinary`` its bits, and ``Tuple`` and ``Dict`` (nested to any depth) the
 concatenation of their parts in gymnasium's order (a ``Dict``'s keys sorted): exactly
-``gymnasium.spaces.flatten``, with the values cast to float32.
+``gymnasium.spaces.flatten``, with the values cast to float32. A ``Dict`` with an
+``action_mask`` key puts the mask last instead (:mod:`jaxflow.envs.masking`).
 
 Example:
     >>> import gymnasium
@@ -23,6 +24,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+
+from jaxflow.envs.masking import FlatMaskedObservation, has_action_mask
 
 # The spaces a vector is made of directly; Tuple and Dict are flattened when all their parts are.
 _LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
@@ -62,11 +65,14 @@ class FlatObservation(gymnasium.ObservationWrapper):
         return np.asarray(flat, np.float32)
 
 
-def flatten_observations(env: gymnasium.Env) -> gymnasium.Env:
+def flatten_observations(env: gymnasium.Env, env_id: str | None = None) -> gymnasium.Env:
     """``env`` with its observations flattened, unless they are a ``Box`` (images included,
-    kept as they are) or cannot be flattened (left for the space check to refuse by name)."""
+    kept as they are) or cannot be flattened (left for the space check to refuse by name).
+    A ``Dict`` with an ``action_mask`` key is flattened with the mask last, and a mask with
+    no legal action raises naming ``env_id`` (:class:`~jaxflow.envs.masking.FlatMaskedObservation`)."""
     space = env.observation_space
     if isinstance(space, spaces.Box) or not is_flattenable(space):
         return env
-    # A Dict with an "action_mask" key is flattened mask and all; masking actions is a later step.
+    if has_action_mask(space):
+        return FlatMaskedObservation(env, env_id or (env.spec.id if env.spec else type(env.unwrapped).__name__))
     return FlatObservation(env)

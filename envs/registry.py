@@ -131,7 +131,7 @@ def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
     _refuse_multiagent(e)
     if e.kind == "gymnax":
         return _make_gymnax(env_id, **kwargs)
-    return flatten_observations(e.factory(context or EnvContext(), **kwargs))
+    return flatten_observations(e.factory(context or EnvContext(), **kwargs), env_id)
 
 
 def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> gymnasium.Env:
@@ -145,7 +145,7 @@ def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> g
 
         env, params = _make_gymnax(env_id, **kwargs)
         return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
-    return flatten_observations(e.factory(context or EnvContext(), **kwargs))
+    return flatten_observations(e.factory(context or EnvContext(), **kwargs), env_id)
 
 
 def make_multiagent(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> ParallelEnv:

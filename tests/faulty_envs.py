@@ -13,8 +13,10 @@ import sys
 import time
 
 import gymnasium
+import numpy as np
 import ray.cloudpickle
 
+from jaxflow.envs.masked_choice import MaskedChoice
 from jaxflow.envs.registry import EnvContext, register
 
 
@@ -64,6 +66,54 @@ class SlowStep(gymnasium.Wrapper):
         return self.env.step(action)
 
 
+class IllegalMove(RuntimeError):
+    """An action the env's last action mask made illegal was taken."""
+
+
+class StrictMasks(gymnasium.Wrapper):
+    """MaskedChoice that raises :class:`IllegalMove` on an illegal action instead of ending the
+    game: a run on it that does not fail never took one (in any worker process)."""
+
+    def __init__(self, context: EnvContext, **kwargs):
+        del context
+        super().__init__(MaskedChoice(**kwargs))
+        self._mask = np.zeros(0)
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self._mask = obs["action_mask"]
+        return obs, info
+
+    def step(self, action):
+        if not self._mask[int(action)]:
+            raise IllegalMove(f"action {int(action)} taken under action_mask {self._mask.tolist()}")
+        obs, r, te, tr, info = self.env.step(action)
+        self._mask = obs["action_mask"]
+        return obs, r, te, tr, info
+
+
+class NoLegalAction(gymnasium.ObservationWrapper):
+    """MaskedChoice whose action_mask allows nothing from step ``at_step`` of an episode on."""
+
+    def __init__(self, context: EnvContext, at_step: int = 2):
+        del context
+        super().__init__(MaskedChoice())
+        self._at, self._steps = at_step, 0
+
+    def reset(self, **kwargs):
+        self._steps = 0
+        return super().reset(**kwargs)
+
+    def step(self, action):
+        self._steps += 1
+        return super().step(action)
+
+    def observation(self, observation):
+        if self._steps >= self._at:
+            observation["action_mask"] = np.zeros_like(observation["action_mask"])
+        return observation
+
+
 register(
     "test/CrashAtStep-v0",
     CrashAtStep,
@@ -75,6 +125,8 @@ register(
     "CartPole returning observations of the wrong shape; for bad-input tests",
 )
 register("test/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per step; for timing tests")
+register("test/StrictMasks-v0", StrictMasks, "MaskedChoice raising IllegalMove on an illegal action; for masking tests")
+register("test/NoLegalAction-v0", NoLegalAction, "MaskedChoice with an all-zero action_mask from step at_step on")
 
 # Functions and classes of this module travel to the Ray workers by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

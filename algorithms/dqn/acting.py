@@ -8,6 +8,7 @@ import numpy as np
 import optax
 
 from jaxflow.algorithms.dqn.config import DQNConfig
+from jaxflow.policies import legal_inputs
 
 Array = jax.Array
 
@@ -24,9 +25,12 @@ def epsilon(config: DQNConfig, worker_index: int, env_steps: int) -> float:
 
 
 def epsilon_greedy(rng: np.random.Generator, q: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """The greedy action, or with probability ``eps`` a uniformly random one, per row of ``q``."""
+    """The greedy action, or with probability ``eps`` a uniformly random legal one, per row of
+    ``q`` (a masked policy's Q-values mark the illegal actions, see ``legal_inputs``)."""
     explore = rng.random(q.shape[0]) < eps
-    actions = np.where(explore, rng.integers(q.shape[-1], size=q.shape[0]), q.argmax(axis=-1))
+    # The largest of uniform draws over the legal actions is a uniformly random legal action.
+    random_legal = np.where(legal_inputs(q), rng.random(q.shape), -1.0).argmax(axis=-1)
+    actions = np.where(explore, random_legal, q.argmax(axis=-1))
     return actions.astype(np.int32), np.zeros(q.shape[0], np.float32)
 
 

@@ -5,7 +5,7 @@ rows, (double) Q-learning TD errors and the importance-weighted loss.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
 import chex
 import jax
@@ -107,11 +107,13 @@ def loss(
     params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, policy: Policy, config: DQNConfig
 ) -> tuple[Array, dict[str, Array]]:
     """Importance-weighted Huber loss of the TD errors; the per-sample TD errors are
-    returned as a metric, for the new replay priorities."""
+    returned as a metric, for the new replay priorities, and ``mean_q`` is the mean Q-value of
+    the replayed actions. The Q-values are the policy's: with an action mask, the bootstrap's
+    max (and double Q-learning's argmax) runs over the next observation's legal actions."""
     del rng
 
-    def q(p: Any, obs: Array) -> Array:  # a Q-network: [B, A] values (apply without mutable state)
-        return cast(Array, policy.network.apply(p, obs))
+    def q(p: Any, obs: Array) -> Array:  # [B, A] values, illegal actions masked
+        return policy.apply(p, obs)[0]
 
     q_tm1, q_t_value = q(params, batch["obs"]), q(target_params, batch["next_obs"])
     q_t_selector = q(params, batch["next_obs"]) if config.double_q else q_t_value
@@ -119,4 +121,5 @@ def loss(
         q_tm1, batch["actions"], batch["rewards"], batch["discounts"], q_t_value, q_t_selector, config.double_q
     )
     total = jnp.mean(batch["weights"] * rlax.huber_loss(td, config.huber_delta))
-    return total, {"td_error": td, "mean_q": jnp.mean(q_tm1), "mean_abs_td_error": jnp.mean(jnp.abs(td))}
+    q_taken = jnp.take_along_axis(q_tm1, batch["actions"][:, None], axis=-1)[:, 0]
+    return total, {"td_error": td, "mean_q": jnp.mean(q_taken), "mean_abs_td_error": jnp.mean(jnp.abs(td))}

@@ -41,7 +41,27 @@ def check_spaces(
     except TypeError as e:
         raise ConfigError(f"Environment {env_id!r}: {e}.") from None
     check_observation_space(env_id, obs_space)
+    if isinstance(obs_space, envs.MaskedBox):
+        check_action_mask(env_id, obs_space, action_space)
     return obs_space, action_space
+
+
+def check_action_mask(env_id: str, obs_space: envs.MaskedBox, action_space: gymnasium.Space) -> None:
+    """Raises a one-line :class:`ConfigError` naming the env unless its ``action_mask`` masks a
+    ``Discrete(n)`` action space with one entry per action: a ``MultiBinary(n)`` or a ``Box``
+    of shape ``(n,)``. Masks of other action spaces (``MultiDiscrete``, ``Box``) are not supported."""
+    mask = obs_space.mask_space
+    if not isinstance(action_space, gymnasium.spaces.Discrete):
+        raise ConfigError(
+            f"Environment {env_id!r} gives an action_mask, which jaxflow applies to Discrete action spaces "
+            f"only; its action space is {action_space}."
+        )
+    n = int(action_space.n)
+    if not (isinstance(mask, gymnasium.spaces.MultiBinary | gymnasium.spaces.Box) and mask.shape == (n,)):
+        raise ConfigError(
+            f"Environment {env_id!r} gives an action_mask {mask}; its action space {action_space} needs "
+            f"a MultiBinary({n}) or a Box of shape ({n},), one entry per action (1: legal)."
+        )
 
 
 def check_observation_space(env_id: str, obs_space: gymnasium.Space) -> None:

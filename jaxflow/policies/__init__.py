@@ -2,13 +2,22 @@
 and evaluation alike."""
 
 from jaxflow.policies.build import actor_critic_policy, actor_critics_policy, q_policy
-from jaxflow.policies.categorical import Categorical, Greedy, MultiCategorical, sample_categorical
+from jaxflow.policies.categorical import (
+    MASKED_LOGIT,
+    Categorical,
+    Greedy,
+    MultiCategorical,
+    legal_inputs,
+    mask_inputs,
+    sample_categorical,
+)
 from jaxflow.policies.distributions import BOX_KINDS, ActionDistribution, distribution_for
 from jaxflow.policies.gaussian import BoxBounds, Deterministic, Gaussian, SquashedGaussian
 from jaxflow.policies.policy import Policy, actor_critic_outputs, q_value_outputs, unpack
 
 __all__ = [
     "BOX_KINDS",
+    "MASKED_LOGIT",
     "ActionDistribution",
     "BoxBounds",
     "Categorical",
@@ -22,6 +31,8 @@ __all__ = [
     "actor_critic_policy",
     "actor_critics_policy",
     "distribution_for",
+    "legal_inputs",
+    "mask_inputs",
     "q_policy",
     "q_value_outputs",
     "sample_categorical",

@@ -1,5 +1,7 @@
 """The standard policies of an algorithm config: an actor-critic (policy-gradient
-algorithms) or a Q-network read greedily (value-based ones), for the environment's spaces."""
+algorithms) or a Q-network read greedily (value-based ones), for the environment's spaces.
+An observation space that carries an action mask (:class:`~jaxflow.envs.masking.MaskedBox`)
+makes a masked policy (``Policy.action_mask``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 import gymnasium
 
 from jaxflow.config.fields import ConfigError
+from jaxflow.envs.masking import MaskedBox
 from jaxflow.networks.build import actor_critic_network, q_network
 from jaxflow.networks.continuous import ActorCritics
 from jaxflow.networks.models import build_model, check_outputs
@@ -30,7 +33,7 @@ def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: g
         network = actor_critic_network(
             obs_shape, distribution.num_inputs, config.hidden_sizes, config.conv_torso, distribution.num_free_inputs
         )
-    return Policy(network, distribution, obs_shape)
+    return Policy(network, distribution, obs_shape, action_mask=isinstance(obs_space, MaskedBox))
 
 
 def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:
@@ -43,7 +46,8 @@ def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Sp
         check_outputs(config.model, network, obs_shape, (2, num_actions), f"Q-values for {config.env}")
     else:
         network = q_network(obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
-    return Policy(network, Greedy(num_actions), obs_shape, outputs=q_value_outputs)
+    masked = isinstance(obs_space, MaskedBox)
+    return Policy(network, Greedy(num_actions), obs_shape, outputs=q_value_outputs, action_mask=masked)
 
 
 def actor_critics_policy(

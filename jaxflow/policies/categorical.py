@@ -1,5 +1,12 @@
 """Distributions over discrete actions: categorical, independent categoricals
-(``MultiDiscrete``), and a Q-network's greedy choice."""
+(``MultiDiscrete``), and a Q-network's greedy choice; and the masking of illegal actions.
+
+A masked policy (an env with an ``action_mask``) gives its distribution inputs with every
+illegal action's logit or Q-value at :data:`MASKED_LOGIT` (:func:`mask_inputs`), so the
+distributions here never sample it, give it probability exactly 0 (its ``exp`` underflows)
+and a finite entropy, and never pick it greedily; the workers' exploration reads the legal
+actions back from the inputs (:func:`legal_inputs`).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,23 @@ Array = jax.Array
 
 MASKED_LOGIT = -1e9
 """Logit of an action that cannot be taken: finite, so that ``p * log p`` stays 0, not NaN."""
+
+
+def mask_inputs(inputs: Array, legal: Array | None) -> Array:
+    """``inputs [B, A]`` with the illegal actions' entries (``legal`` False) at :data:`MASKED_LOGIT`;
+    unchanged where ``legal`` is None (an env without an action mask).
+
+    Example:
+        >>> mask_inputs(jnp.array([[2.0, 1.0]]), jnp.array([[False, True]])).tolist()
+        [[-1000000000.0, 1.0]]
+    """
+    return inputs if legal is None else jnp.where(legal, inputs, MASKED_LOGIT)
+
+
+def legal_inputs(inputs: np.ndarray) -> np.ndarray:
+    """Which actions ``inputs [B, A]`` (given by a policy through :func:`mask_inputs`) leave legal:
+    every entry above half of :data:`MASKED_LOGIT`, far below any real logit or Q-value."""
+    return inputs > MASKED_LOGIT / 2
 
 
 def identity_action(actions: Any) -> Any:

@@ -6,6 +6,12 @@ act through a :class:`Policy`. Its network maps observations to *distribution in
 reads as inputs and ``max_a Q`` (:func:`q_value_outputs`); its distribution
 (:mod:`jaxflow.policies.distributions`) turns the inputs into actions.
 
+A masked policy (``action_mask`` set: the env gives its legal actions as the last entries of
+every observation, :mod:`jaxflow.envs.masking`) masks its distribution inputs in :meth:`Policy.apply`,
+so everything that acts or learns through the policy sees illegal actions at
+:data:`~jaxflow.policies.categorical.MASKED_LOGIT`: workers' sampling and exploration, losses,
+greedy evaluation, and a Q-policy's ``max_a Q`` over legal actions only.
+
 A recurrent policy is the same object with ``recurrent`` set: ``initial_state`` and
 ``reset_state`` give and reset its carry. The policies here are feed-forward, so both
 return ``None``; acting code passes the state along without looking inside.
@@ -22,20 +28,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxflow.policies.categorical import Categorical, Greedy, mask_inputs
 from jaxflow.policies.distributions import ActionDistribution
 
 Array = jax.Array
 
 
-def actor_critic_outputs(out: tuple[Array, Array]) -> tuple[Array, Array]:
-    """An actor-critic network already returns ``(distribution inputs, value)``."""
-    return out
+def actor_critic_outputs(out: tuple[Array, Array], legal: Array | None = None) -> tuple[Array, Array]:
+    """An actor-critic network already returns ``(distribution inputs, value)``; the logits of
+    illegal actions are masked where ``legal [B, A]`` is given."""
+    inputs, value = out
+    return mask_inputs(inputs, legal), value
 
 
-def q_value_outputs(q: Array) -> tuple[Array, Array]:
+def q_value_outputs(q: Array, legal: Array | None = None) -> tuple[Array, Array]:
     """A Q-network's ``[B, A]`` values as a policy reads them: the inputs of its greedy
-    distribution, and the greedy value ``max_a Q(s, a)`` (what a truncated episode bootstraps from)."""
-    return q, q.max(axis=-1)
+    distribution, and the greedy value ``max_a Q(s, a)`` (what a truncated episode bootstraps
+    from). Where ``legal [B, A]`` is given, illegal actions' values are masked and the max is
+    over legal ones; a state with none (the last of a finished game) is worth 0."""
+    q = mask_inputs(q, legal)
+    if legal is None:
+        return q, q.max(axis=-1)
+    return q, jnp.where(legal.any(axis=-1), q.max(axis=-1), 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,10 +65,19 @@ class Policy:
     network: nn.Module
     distribution: ActionDistribution
     obs_shape: tuple[int, ...]
-    outputs: Callable[[Any], tuple[Array, Array]] = actor_critic_outputs
-    """Reads the network's output as ``(distribution inputs, value)``."""
+    outputs: Callable[[Any, Array | None], tuple[Array, Array]] = actor_critic_outputs
+    """Reads the network's output and the legal actions (None: all) as ``(distribution inputs, value)``."""
+    action_mask: bool = False
+    """Whether the last ``distribution.num_inputs`` entries of an observation are the env's
+    action mask (1: legal), applied to the distribution inputs (a ``Categorical`` or ``Greedy``)."""
     recurrent: bool = False
     """Whether acting carries a state from step to step (see :meth:`initial_state`)."""
+
+    def __post_init__(self) -> None:
+        if self.action_mask and not isinstance(self.distribution, Categorical | Greedy):
+            raise TypeError(
+                f"an action mask applies to one Discrete action (Categorical or Greedy), not to {self.distribution}"
+            )
 
     def init(self, key: Array) -> Any:
         """Fresh parameters for one observation's shape."""
@@ -62,7 +85,14 @@ class Policy:
 
     def apply(self, params: Any, obs: Array) -> tuple[Array, Array]:
         """``(distribution inputs [B, D], value [B])``: what losses call as ``apply_fn``."""
-        return self.outputs(self.network.apply(params, obs))
+        return self.outputs(self.network.apply(params, obs), self.legal_actions(obs))
+
+    def legal_actions(self, obs: Array) -> Array | None:
+        """``[B, A]`` True where an action is legal, read from the observations' mask (None:
+        the policy is not masked, every action is legal)."""
+        if not self.action_mask:
+            return None
+        return obs[:, -self.distribution.num_inputs :] > 0.5  # the flat mask holds 1.0 (legal) or 0.0
 
     def act(self, key: Array, params: Any, obs: Array) -> tuple[Array, Array, Array, Array]:
         """Samples actions in JAX: ``(actions, log-probabilities, distribution inputs, values)``."""
