@@ -9,7 +9,7 @@ import gymnasium
 from jaxflow import envs
 from jaxflow.api.registry import algorithms_for_space
 from jaxflow.api.spec import AlgorithmSpec
-from jaxflow.config.fields import ConfigError
+from jaxflow.config.fields import ConfigError, require
 from jaxflow.policies.distributions import distribution_for
 
 
@@ -18,6 +18,11 @@ def env_spaces(config: Any, spec: AlgorithmSpec) -> tuple[gymnasium.Space, gymna
     env = envs.make_cpu(config.env, **config.env_config)
     spaces = env.observation_space, env.action_space
     env.close()
+    require(
+        not (isinstance(spaces[0], envs.MaskedBox) and config.rollout.normalize_observations),
+        f"Environment {config.env!r} gives an action_mask, which normalize_observations would rescale; "
+        "set normalize_observations=false for it.",
+    )
     return check_spaces(spec, config.env, *spaces)
 
 

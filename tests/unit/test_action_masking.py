@@ -226,3 +226,12 @@ def test_a_worker_on_an_env_with_no_legal_action_fails_naming_it():
     with pytest.raises(envs.ActionMaskError, match="'test/NoLegalAction-v0'"):
         worker.sample()
     worker.close()
+
+
+def test_a_masked_env_refuses_observation_normalization():
+    spec = get_algorithm("PPO")
+    config = make_config(spec.config_cls, env="jaxflow/MaskedChoice-v0", normalize_observations=True)
+    with pytest.raises(
+        ConfigError, match="'jaxflow/MaskedChoice-v0' gives an action_mask, which normalize_observations"
+    ):
+        env_spaces(config, spec)
