@@ -22,6 +22,11 @@ from jaxflow.rollout.sample_ahead import SampleAhead
 from jaxflow.rollout.truncation import bootstrap_truncations
 
 
+class PolicyOutputError(FloatingPointError):
+    """The policy's network gave a NaN or infinite output: the worker stops on that step
+    rather than act on it (an action from NaN logits is arbitrary, a NaN action reaches the env)."""
+
+
 class Stopwatch:
     """Adds up the seconds spent inside ``with`` blocks: a worker's time in its envs and in
     waits for the policy, for :class:`SampleTiming`.
@@ -211,6 +216,8 @@ class RolloutWorker:
             # The copies into the fragment run while the group's emulators (ALE's threads) step.
             with policy_watch:
                 inputs, v = unpack(out[g])
+            if not (np.isfinite(inputs).all() and np.isfinite(v).all()):
+                raise PolicyOutputError(self._bad_output(inputs, v, self.env_steps + t * B + g * n))
             if self._explore is None:
                 a, lp = dist.sample_host(self._rng, inputs)
             else:
@@ -257,6 +264,15 @@ class RolloutWorker:
         returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
         return Rollout(traj, T * B, returns, lengths, version, timing)
+
+    def _bad_output(self, inputs: np.ndarray, values: np.ndarray, env_step: int) -> str:
+        model = f"model {self.config.model!r}" if self.config.model else "the default network"
+        bad = int((~np.isfinite(inputs)).any(axis=-1).sum() + (~np.isfinite(values)).sum())
+        return (
+            f"rollout worker {self.index}: the policy ({model}) gave NaN or infinite outputs for {bad} of "
+            f"{len(inputs)} observations of {self.config.env!r} at the worker's env step {env_step}; "
+            "its parameters or the observations are not finite."
+        )
 
     def close(self) -> None:
         """Stops the sampler thread (``sample_async``) and the environments."""

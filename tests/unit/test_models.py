@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxflow import ConfigError, get_algorithm, make_config, register_model
+from jaxflow import ConfigError, RolloutWorker, WorkerSpec, envs, get_algorithm, make_config, register_model
 from jaxflow.networks import build_model, describe_module
+from jaxflow.rollout import PolicyOutputError
 
 OBS = gymnasium.spaces.Box(-1.0, 1.0, (4,))
 PPO, DQN = get_algorithm("PPO"), get_algorithm("DQN")
@@ -93,3 +94,33 @@ def test_a_custom_model_trains_in_device_mode():
     finally:
         algo.stop()
     assert result["env_steps_trained"] > 0 and jnp.isfinite(result["learner"]["loss"])
+
+
+class NaNAfterReset(nn.Module):
+    """Finite at initialisation, NaN logits for observations whose first entry is negative."""
+
+    num_outputs: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        logits = nn.Dense(self.num_outputs)(obs)
+        return jnp.where(obs[:, :1] < 0, jnp.nan, logits), nn.Dense(1)(obs)[..., 0]
+
+
+def test_nan_outputs_of_a_model_stop_the_worker_on_that_step_naming_the_model():
+    register_model("nan-sometimes", lambda num_outputs: NaNAfterReset(num_outputs))
+    config = make_config(PPO.config_cls, env="Pendulum-v1", model="nan-sometimes", num_envs_per_worker=2)
+    env = envs.make_cpu("Pendulum-v1")
+    policy = PPO.policy(config, env.observation_space, env.action_space)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=3)
+    worker.set_weights(policy.init(jax.random.PRNGKey(0)), 0)
+    try:
+        with pytest.raises(
+            PolicyOutputError,
+            match=r"rollout worker 3: the policy \(model 'nan-sometimes'\) gave NaN or infinite outputs for [12] of 2 "
+            r"observations of 'Pendulum-v1' at the worker's env step \d+",
+        ):
+            for _ in range(20):  # Pendulum's cos(angle) goes negative within a few steps of some start
+                worker.sample()
+    finally:
+        worker.close()
