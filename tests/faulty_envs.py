@@ -114,6 +114,25 @@ class NoLegalAction(gymnasium.ObservationWrapper):
         return observation
 
 
+class NaNAfter(gymnasium.Wrapper):
+    """CartPole whose observation (or reward) turns NaN from its ``at_step``-th step on, counted
+    over the env's life (not per episode), on every worker."""
+
+    def __init__(self, context: EnvContext, at_step: int = 50, field: str = "observation"):
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self._at, self._field, self._steps = at_step, field, 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._steps += 1
+        if self._steps >= self._at:
+            if self._field == "observation":
+                obs = np.full_like(obs, np.nan)
+            else:
+                reward = float("nan")
+        return obs, reward, terminated, truncated, info
+
+
 register(
     "test/CrashAtStep-v0",
     CrashAtStep,
@@ -124,6 +143,7 @@ register(
     WrongObservationShape,
     "CartPole returning observations of the wrong shape; for bad-input tests",
 )
+register("test/NaNAfter-v0", NaNAfter, "CartPole whose observations or rewards turn NaN at a chosen step; for guards")
 register("test/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per step; for timing tests")
 register("test/StrictMasks-v0", StrictMasks, "MaskedChoice raising IllegalMove on an illegal action; for masking tests")
 register("test/NoLegalAction-v0", NoLegalAction, "MaskedChoice with an all-zero action_mask from step at_step on")

@@ -99,9 +99,9 @@ class Algorithm:
         """Writes a checkpoint under ``directory``; returns its path."""
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
         files = self.program.files
-        path = checkpoint.save(
-            directory, self.iteration, self.program.get_state(), meta, None if files is None else files.save
-        )
+        state = self.program.get_state()
+        checkpoint.check_finite(state)
+        path = checkpoint.save(directory, self.iteration, state, meta, None if files is None else files.save)
         if files is not None:
             files.saved_at(path)
         return path

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 FORMAT_VERSION = 1
@@ -27,6 +28,22 @@ _NAME = re.compile(r"^checkpoint_(\d+)$")
 
 class CheckpointError(RuntimeError):
     """No loadable checkpoint, or one written by an incompatible version."""
+
+
+def check_finite(state: Any) -> None:
+    """Raises :class:`CheckpointError` naming the first arrays of ``state`` that hold NaN or
+    infinite values: a diverged run is not saved over its last good checkpoint."""
+    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    bad = [
+        jax.tree_util.keystr(path)
+        for path, x in leaves
+        if np.issubdtype(np.asarray(x).dtype, np.floating) and not np.isfinite(np.asarray(x)).all()
+    ]
+    if bad:
+        raise CheckpointError(
+            f"refusing to save a checkpoint with NaN or infinite values in {len(bad)} arrays "
+            f"(first: {', '.join(bad[:3])}); the run diverged."
+        )
 
 
 def save(

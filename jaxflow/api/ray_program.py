@@ -157,6 +157,7 @@ def build_learner(
         num_epochs=num_epochs,
         minibatch_size=minibatch_size,
         target_network=spec.learner.target_network,
+        on_nonfinite=config.optimizer.on_nonfinite,
     )
     return policy, learner
 

@@ -9,6 +9,7 @@ field and the allowed values.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -106,6 +107,8 @@ def validate(config: Any) -> None:
         value = getattr(config, f.name)
         if not _type_ok(value, hints[f.name]):
             raise ConfigError(f"{name}.{f.name} must be {_type_name(hints[f.name])}, got {value!r}.")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}.{f.name} must be a finite number, got {value!r}.")
         check = f.metadata.get("check")
         if check is not None and not check(value):
             raise ConfigError(f"{name}.{f.name} must satisfy {check}, got {value!r}.")

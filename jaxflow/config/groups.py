@@ -49,6 +49,9 @@ class RolloutConfig:
     """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
     worker's policy acts on that GPU instead of the worker's CPU, which then only steps envs
     (with num_workers=0 the driver's worker acts on the driver's default device either way)."""
+    check_finite: bool = True
+    """A NaN or infinite observation or reward from an env stops the worker on that step,
+    naming the env, the worker and the field (False lets them through)."""
     normalize_observations: bool = False
     """Observations normalized by the running mean and std of all observations the workers
     saw, merged on the driver every iteration, saved in checkpoints and used by evaluation."""
@@ -101,6 +104,10 @@ class OptimizerConfig:
     """Learning rate of the Adam optimizer."""
     max_grad_norm: float = param(0.5, POSITIVE)
     """Gradients are clipped to this global norm."""
+    on_nonfinite: Literal["raise", "skip"] = "raise"
+    """An SGD step whose loss or gradient is NaN or infinite leaves the parameters and the
+    optimizer state as they were, then the run stops ("raise") or goes on, the step counted
+    in ``learner/nonfinite_step_fraction`` ("skip")."""
 
     def __post_init__(self) -> None:
         validate(self)

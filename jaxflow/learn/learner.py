@@ -42,6 +42,21 @@ from jaxflow.learn.thread import LearnerThread
 from jaxflow.rollout.batch import train_arrays
 
 
+class NonFiniteUpdateError(FloatingPointError):
+    """An SGD step's loss or gradient was NaN or infinite (its parameters were not changed)."""
+
+
+def check_nonfinite(fraction: float, on_nonfinite: str, where: str) -> None:
+    """Raises :class:`NonFiniteUpdateError` when some SGD steps were skipped as non-finite and
+    the run says ``on_nonfinite="raise"``."""
+    if on_nonfinite == "raise" and fraction > 0:
+        raise NonFiniteUpdateError(
+            f"learner: the loss or its gradient was NaN or infinite in {fraction:.0%} of the SGD steps of the "
+            f"update ending at {where}; those steps left the parameters unchanged and the run stops "
+            "(on_nonfinite='skip' skips such steps and goes on)."
+        )
+
+
 class Learner:
     """Holds a :class:`TrainState` on the local devices and updates it.
 
@@ -60,6 +75,7 @@ class Learner:
         minibatch_size: int | None = None,
         devices: Sequence[jax.Device] | None = None,
         target_network: bool = False,
+        on_nonfinite: str = "raise",
     ):
         self.devices = list(devices or jax.local_devices())
         # The state is replaced (and its old buffers donated) by every update, so a learner
@@ -72,6 +88,7 @@ class Learner:
         # A copy: the update donates the state's buffers, which must not be the caller's arrays.
         self.state = jax.device_put(state, self._replicated, may_alias=False)
         self._version = 0
+        self.on_nonfinite = on_nonfinite
         self._num_epochs, self._minibatch_size = num_epochs, minibatch_size
         self._update = jax.jit(
             functools.partial(sgd_update, loss_fn, optimizer, num_epochs, minibatch_size),
@@ -151,7 +168,11 @@ class Learner:
         with self._lock:
             self.state, metrics = self._run(self.state, device_batch)
             self._version += self._num_epochs * (n // (self._minibatch_size or n))
-        return {k: float(v) if v.ndim == 0 else np.asarray(v) for k, v in jax.device_get(metrics).items()}
+        out = {k: float(v) if v.ndim == 0 else np.asarray(v) for k, v in jax.device_get(metrics).items()}
+        check_nonfinite(
+            float(out.get("nonfinite_step_fraction", 0.0)), self.on_nonfinite, f"optimizer step {self._version}"
+        )
+        return out
 
     def update_target(self, fraction: float = 1.0) -> None:
         """Moves the target network toward the parameters by ``fraction`` (1: copies them)."""

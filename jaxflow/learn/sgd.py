@@ -64,14 +64,22 @@ def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformat
 def sgd_step(
     loss_fn: AnyLoss, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
 ) -> tuple[TrainState, Any]:
-    """One optimizer step on one (mini)batch; the loss's metrics plus ``loss`` and ``grad_norm``."""
+    """One optimizer step on one (mini)batch; the loss's metrics plus ``loss``, ``grad_norm``
+    and ``nonfinite_step_fraction`` (1 where the loss or the gradient was NaN or infinite:
+    the parameters and the optimizer state are then left as they were, the step still counts)."""
     key = jax.random.fold_in(state.rng, state.step)
     target = () if state.target_params is None else (state.target_params,)
     fn = loss_fn.at(state.step) if isinstance(loss_fn, StepLoss) else loss_fn
     (loss, metrics), grads = jax.value_and_grad(fn, has_aux=True)(state.params, batch, key, *target)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
+    grad_norm = optax.global_norm(grads)
+    # A NaN or inf anywhere in the gradient makes its norm non-finite: one check for the tree.
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+    params, opt_state = jax.tree.map(
+        lambda new, old: jnp.where(finite, new, old), (params, opt_state), (state.params, state.opt_state)
+    )
+    metrics = dict(metrics, loss=loss, grad_norm=grad_norm, nonfinite_step_fraction=1.0 - finite.astype(jnp.float32))
     return state._replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
 

@@ -34,6 +34,7 @@ from jaxflow import envs
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.envs.gymnax_cpu import to_gymnasium_space
+from jaxflow.learn.learner import check_nonfinite
 from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.members import members, with_hyper
@@ -297,4 +298,9 @@ class DeviceProgram:
         """Runs ``iterations_per_call`` iterations of every member; returns their metrics
         on the host, ``[members, K, ...]``."""
         self.state, out = self._run(self.state)
-        return jax.device_get(out)
+        out = jax.device_get(out)
+        skipped = out.get("nonfinite_step_fraction")
+        if skipped is not None and np.any(skipped > 0):  # NaN where replay had not started
+            where = f"iteration {int(np.max(jax.device_get(self.state.iteration)))} (device mode)"
+            check_nonfinite(float(np.nanmax(skipped)), self.config.optimizer.on_nonfinite, where)
+        return out

@@ -27,6 +27,22 @@ class PolicyOutputError(FloatingPointError):
     rather than act on it (an action from NaN logits is arbitrary, a NaN action reaches the env)."""
 
 
+class EnvValueError(FloatingPointError):
+    """An environment gave a NaN or infinite observation or reward."""
+
+
+def check_finite_step(obs: np.ndarray, reward: np.ndarray, env_id: str, worker: int, env_step: int) -> None:
+    """Raises :class:`EnvValueError` naming the env, the worker, the field and the step where a
+    vector step's observations (floating point ones) or rewards are NaN or infinite."""
+    for field, x in (("observation", obs), ("reward", reward)):
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            envs_hit = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
+            raise EnvValueError(
+                f"rollout worker {worker}: env {env_id!r} returned a NaN or infinite {field} at the worker's env step "
+                f"{env_step} (envs {envs_hit.tolist()} of its vector); check_finite=false lets such values through."
+            )
+
+
 class Stopwatch:
     """Adds up the seconds spent inside ``with`` blocks: a worker's time in its envs and in
     waits for the policy, for :class:`SampleTiming`.
@@ -233,6 +249,8 @@ class RolloutWorker:
             # it runs during the reward bookkeeping.
             with env_watch:
                 step = self.envs[g].step_wait()
+            if cfg.rollout.check_finite:
+                check_finite_step(step.obs, step.reward, cfg.env, self.index, self.env_steps + t * B + g * n)
             next_obs = self.normalizer.observe(step.obs)
             out[g] = self._forward(params, next_obs)
 

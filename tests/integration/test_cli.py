@@ -38,7 +38,7 @@ def no_ray(monkeypatch):
         (
             ["--algo", "dqn", "--env", "Pendulum-v1"],
             "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
-            "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APPO, DDPG, IMPALA, PPO, SAC, TD3",
+            "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3",
         ),
         (["--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
         (["--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
@@ -60,8 +60,8 @@ def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, messag
 def test_list_names_algorithms_and_envs(capsys):
     assert cli.main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "algorithms: A2C, A3C, APEX, APPO, DDPG, DQN, IMPALA, MAML, PPO, SAC, TD3" in out
-    assert "for Box action spaces: A2C, A3C, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
+    assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, SAC, TD3" in out
+    assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
     assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
     assert "with device mode (gymnax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, SAC, TD3" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DQN, PPO" in out

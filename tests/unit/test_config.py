@@ -42,9 +42,9 @@ def test_negative_lr_names_lr(cls):
 
 @pytest.mark.parametrize("field", ["lr", "gamma", "clip_eps", "vf_clip"])
 def test_nan_violates_every_bound(field):
-    with pytest.raises(ConfigError, match=rf"PPOConfig\.{field} must satisfy"):
+    with pytest.raises(ConfigError, match=rf"PPOConfig\.{field} must be a finite number, got nan"):
         make_config(PPOConfig, **{field: float("nan")})
-    with pytest.raises(ConfigError, match=rf"PPOConfig\.{field} must satisfy"):
+    with pytest.raises(ConfigError, match=rf"PPOConfig\.{field} must be a finite number, got nan"):
         with_overrides(PPOConfig(), {field: "nan"})
 
 
@@ -297,3 +297,10 @@ def test_a_sweep_over_a_non_float_field_fails():
         make_config(PPOConfig, sweep={"rollout.num_workers": [1.0, 2.0]})
     with pytest.raises(ConfigError, match=r"PPOConfig\.sweep: no field 'lrr'\. Fields: env, "):
         make_config(PPOConfig, sweep={"lrr": [1.0]})
+
+
+@pytest.mark.parametrize("field", ["lr", "max_grad_norm", "worker_timeout_s", "gamma", "ent_coef"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_infinite_and_nan_values_are_refused_where_a_number_is_meant(field, value):
+    with pytest.raises(ConfigError, match=rf"PPOConfig.{field} must be a finite number, got {value!r}"):
+        make_config(PPOConfig, **{field: value})

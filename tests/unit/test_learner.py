@@ -279,7 +279,7 @@ def test_convolutional_update_on_cpu_steps_from_the_host_and_equals_the_scanned_
     assert moved > 1e-2  # the update did something to compare
     for got, want in zip(leaves(learner.get_state()), leaves(expected_state)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    assert set(metrics) == set(expected) == {"loss", "grad_norm", "mean_err"}
+    assert set(metrics) == set(expected) == {"loss", "grad_norm", "mean_err", "nonfinite_step_fraction"}
     for name in expected:
         np.testing.assert_allclose(metrics[name], expected[name], rtol=1e-5, atol=1e-6)
 
