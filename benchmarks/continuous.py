@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import datetime
 import importlib.metadata
+import itertools
 import json
 import math
 import os
@@ -235,7 +236,8 @@ def return_curve(episodes: list[list[float]], steps: int, window: int) -> list[l
     return curve
 
 
-def run_sbx(run: Run, steps: int, python: str) -> None:
+def run_sbx(run: Run, steps: int, python: str, workdir: str) -> None:
+    """SBX's run in its own environment's Python; ``workdir`` takes MuJoCo's log file."""
     spec = {
         "algo": run.algo,
         "env": run.env,
@@ -245,7 +247,7 @@ def run_sbx(run: Run, steps: int, python: str) -> None:
         "kwargs": sbx_kwargs(hyperparameters(run.env, run.algo), run.algo),
     }
     proc = subprocess.run(
-        [python, os.path.join(HERE, "sbx_run.py"), json.dumps(spec)], capture_output=True, text=True, cwd=HERE
+        [python, os.path.join(HERE, "sbx_run.py"), json.dumps(spec)], capture_output=True, text=True, cwd=workdir
     )
     if proc.returncode != 0:
         raise RuntimeError(f"sbx_run.py exited with {proc.returncode}: {proc.stderr[-2000:]}")
@@ -379,15 +381,17 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: str) -> None:
-    """Median learning curves, one panel per env x algo, one line per runner."""
+    """Median learning curves, one panel per env (rows) x algo (columns), one line per runner."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = list(dict.fromkeys((r["env"], r["algo"]) for r in report["summary"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), squeeze=False)
-    for ax, (env, algo) in zip(axes[0], panels):
+    envs = list(dict.fromkeys(r["env"] for r in report["summary"]))
+    algos = list(dict.fromkeys(r["algo"] for r in report["summary"]))
+    fig, axes = plt.subplots(len(envs), len(algos), figsize=(5 * len(algos), 3.6 * len(envs)), squeeze=False)
+    for (i, env), (j, algo) in itertools.product(enumerate(envs), enumerate(algos)):
+        ax = axes[i][j]
         for r in (r for r in report["summary"] if (r["env"], r["algo"]) == (env, algo)):
             points = [(x, y) for x, y in r["median_curve"] if y is not None]
             if points:
@@ -433,7 +437,7 @@ def one_run(run: Run, args: argparse.Namespace, python: str | None) -> Run:
     try:
         if run.runner == "sbx":
             assert python is not None
-            run_sbx(run, args.steps[run.env], python)
+            run_sbx(run, args.steps[run.env], python, args.out_dir)
         else:
             run_jaxflow(run, args.steps[run.env], args.workers)
     except Exception as e:
@@ -449,6 +453,7 @@ def one_run(run: Run, args: argparse.Namespace, python: str | None) -> Run:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
     python, versions = sbx_python(args.sbx_venv) if "sbx" in args.runners else (None, {})
     import ray
 
