@@ -17,6 +17,7 @@ from jaxflow.envs.multiagent import (
     MultiAgentEnvError,
     MultiAgentStep,
     MultiAgentVectorEnv,
+    Rendezvous,
     RockPaperScissors,
 )
 from jaxflow.envs.registry import (
@@ -54,6 +55,7 @@ __all__ = [
     "MultiAgentEnvError",
     "MultiAgentStep",
     "MultiAgentVectorEnv",
+    "Rendezvous",
     "RockPaperScissors",
     "TaskDistribution",
     "UnknownEnvError",

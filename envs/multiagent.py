@@ -4,11 +4,12 @@ Users write (or bring) a ``pettingzoo.ParallelEnv`` and register it with
 ``envs.register_multiagent``; rollout workers step B copies of it through
 :class:`MultiAgentVectorEnv`, which speaks numpy arrays keyed by agent.
 
-Two small built-in games with a known optimum serve as tests and first examples (in
-:mod:`envs.multiagent_games`, registered when this module is imported):
+Three small built-in games with a known optimum serve as tests and first examples (in
+:mod:`envs.multiagent_games` and :mod:`envs.rendezvous`, registered when this module is imported):
 
 * ``"multiagent/Coordination-v0"`` -- :class:`CoordinationGame` (cooperative, team reward).
 * ``"multiagent/RockPaperScissors-v0"`` -- :class:`RockPaperScissors` (competitive, zero-sum).
+* ``"multiagent/Rendezvous-v0"`` -- :class:`Rendezvous` (cooperative, continuous ``Box`` actions).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from jaxflow.envs.multiagent_games import AGENTS, CoordinationGame, RockPaperScissors
 from jaxflow.envs.registry import make_copies, make_multiagent
+from jaxflow.envs.rendezvous import Rendezvous
 from jaxflow.envs.vector import check_action, check_obs, obs_dtype
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "MultiAgentEnvError",
     "MultiAgentStep",
     "MultiAgentVectorEnv",
+    "Rendezvous",
     "RockPaperScissors",
 ]
 

@@ -56,8 +56,9 @@ def plan(workers, learner, config: OffPolicyConfig, replay: ReplayShards):
 
 
 def multiagent_flow(experiences, policy):
-    """A DQN policy of a multi-agent run: each round's fragments are stored, then replayed at
-    the configured ratio; the workers, sampling in lockstep, get its weights after each update."""
+    """A replay policy (DQN, SAC, TD3, DDPG) of a multi-agent run: each round's fragments are
+    stored, then replayed at the configured ratio; the workers, sampling in lockstep, get its
+    weights after each update."""
     fragments = policy.steps_per_round // (
         policy.config.rollout.num_envs_per_worker * policy.config.rollout.rollout_fragment_length
     )

@@ -13,6 +13,7 @@ from jaxflow.config import (
     POSITIVE,
     ConfigError,
     RolloutConfig,
+    json_values,
     load_config_file,
     make_config,
     param,
@@ -68,7 +69,10 @@ class MultiAgentConfig:
         require(bool(self.policies), "MultiAgentConfig.policies must name at least one policy.")
         for pid, entry in self.policies.items():
             require(
-                isinstance(entry, Mapping) and "algorithm" in entry and set(entry) <= {"algorithm", "config"},
+                isinstance(entry, Mapping)
+                and "algorithm" in entry
+                and set(entry) <= {"algorithm", "config"}
+                and isinstance(entry.get("config", {}), Mapping),
                 f'MultiAgentConfig.policies[{pid!r}] must be {{"algorithm": NAME, "config": {{...}}}}, got {entry!r}.',
             )
             self.policy_config(pid)  # validates the policy's fields now, before anything starts
@@ -102,9 +106,9 @@ class MultiAgentConfig:
         """The policy's algorithm config: its own fields over the algorithm's defaults, and the
         run's worker-level fields."""
         spec = self.policy_spec(pid)
-        own = dict(self.policies[pid].get("config", {}))
         shared = {f: getattr(self, f) for f in WORKER_FIELDS}
         try:
+            own = json_values(spec.config_cls, self.policies[pid].get("config", {}))  # from a file, a checkpoint
             paths = {name: resolve(spec.config_cls, name) for name in sorted(own)}
         except ConfigError as e:
             raise ConfigError(f"MultiAgentConfig.policies[{pid!r}].config: {e}") from e

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from jaxflow import AlgorithmSpec, DeviceSpec, LearnerHooks, RunHooks, WorkerHooks, register_algorithm
-from jaxflow.algorithms.dqn import encode, make_replay, plan, replay_on_device, transitions
+from jaxflow.algorithms.dqn import encode, make_replay, multiagent_flow, plan, replay_on_device, transitions
 from jaxflow.algorithms.sac.config import SACConfig
 from jaxflow.algorithms.sac.learning import (
     actor_inputs,
@@ -43,7 +43,11 @@ SAC = register_algorithm(
         action_spaces=("Box",),
         learner=LearnerHooks(sgd=lambda c: (1, c.train_batch_size), target_network=True),
         workers=WorkerHooks(encode=encode),
-        run=RunHooks(replay=make_replay, device=DeviceSpec(prepare=transitions, replay=replay_on_device)),
+        run=RunHooks(
+            replay=make_replay,
+            device=DeviceSpec(prepare=transitions, replay=replay_on_device),
+            flow=multiagent_flow,
+        ),
     )
 )
 

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from jaxflow import AlgorithmSpec, DeviceSpec, LearnerHooks, RunHooks, WorkerHooks, register_algorithm
-from jaxflow.algorithms.dqn import encode, make_replay, plan, replay_on_device, transitions
+from jaxflow.algorithms.dqn import encode, make_replay, multiagent_flow, plan, replay_on_device, transitions
 from jaxflow.algorithms.sac import postprocess
 from jaxflow.algorithms.td3.config import DDPGConfig, TD3Config
 from jaxflow.algorithms.td3.learning import (
@@ -46,6 +46,7 @@ TD3 = register_algorithm(
         run=RunHooks(
             replay=make_replay,
             device=DeviceSpec(act=explore_on_device, prepare=transitions, replay=replay_on_device),
+            flow=multiagent_flow,
         ),
     )
 )

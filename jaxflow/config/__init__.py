@@ -27,7 +27,14 @@ from jaxflow.config.fields import (
 from jaxflow.config.groups import DeviceConfig, DistributedReplayConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import flat_names, make_config, replace_config, resolve
 from jaxflow.config.off_policy import OffPolicyConfig
-from jaxflow.config.parsing import from_json_dict, load_config_file, parse_value, to_json_dict, with_overrides
+from jaxflow.config.parsing import (
+    from_json_dict,
+    json_values,
+    load_config_file,
+    parse_value,
+    to_json_dict,
+    with_overrides,
+)
 
 __all__ = [
     "ACTOR_STOP_TIMEOUT_S",
@@ -52,6 +59,7 @@ __all__ = [
     "field_names",
     "flat_names",
     "from_json_dict",
+    "json_values",
     "load_config_file",
     "make_config",
     "param",

@@ -89,13 +89,19 @@ def _flatten(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
-    """Rebuilds a config written by :func:`to_json_dict` (or one with flat names), restoring tuples."""
+def json_values(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """A JSON object of ``cls``'s fields (flat or dotted names, or groups as nested objects) as
+    :func:`make_config`'s keyword arguments: JSON lists of tuple fields become tuples again."""
     values = {}
     for k, v in _flatten(cls, data).items():
         tp = field_type(cls, resolve(cls, k))
-        values[k] = tuple(v) if typing.get_origin(tp) is tuple else v
-    return make_config(cls, **values)
+        values[k] = tuple(v) if typing.get_origin(tp) is tuple and isinstance(v, list) else v
+    return values
+
+
+def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
+    """Rebuilds a config written by :func:`to_json_dict` (or one with flat names), restoring tuples."""
+    return make_config(cls, **json_values(cls, data))
 
 
 def load_config_file(cls: type, path: str) -> Any:

@@ -64,8 +64,10 @@ def test_list_names_algorithms_and_envs(capsys):
     assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
     assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
     assert "with device mode (gymnax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, SAC, TD3" in out
-    assert "for policies of multi-agent runs (--multiagent FILE): A2C, DQN, PPO" in out
-    assert "multiagent/Coordination-v0" in out and "jaxflow/MaskedChoice-v0" in out
+    assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, SAC, TD3" in out
+    assert (
+        "multiagent/Coordination-v0" in out and "multiagent/Rendezvous-v0" in out and "jaxflow/MaskedChoice-v0" in out
+    )
     assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out
 
 
