@@ -1,4 +1,4 @@
-"""Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
+"""Environments for jaxflow: one registry over gymnasium (CPU), gymnax and Brax (JAX) and
 multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
 A CPU env's observations that are not a ``Box`` come flattened to a float32 vector.
 
@@ -8,6 +8,7 @@ sub-packages) or of ``jaxflow.algorithms``.
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from jaxflow.envs.brax_envs import BRAX_PREFIX, BraxConfigError, BraxEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.multiagent import (
     CoordinationGame,
@@ -18,6 +19,7 @@ from jaxflow.envs.multiagent import (
 )
 from jaxflow.envs.registry import (
     GYMNAX_PREFIX,
+    JAX_KINDS,
     EnvContext,
     EnvKindError,
     UnknownEnvError,
@@ -35,10 +37,14 @@ from jaxflow.envs.tasks import TaskDistribution, list_task_distributions, make_t
 from jaxflow.envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
 __all__ = [
+    "BRAX_PREFIX",
     "GYMNAX_PREFIX",
+    "JAX_KINDS",
     "ALEVectorEnv",
     "AtariConfig",
     "AtariConfigError",
+    "BraxConfigError",
+    "BraxEnv",
     "CoordinationGame",
     "EnvContext",
     "EnvKindError",

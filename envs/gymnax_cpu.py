@@ -1,4 +1,5 @@
-"""A gymnax (JAX) environment behind the gymnasium API, so CPU rollout workers can run it.
+"""A gymnax (JAX) environment behind the gymnasium API, so CPU rollout workers can run it
+(and a Brax one, which :mod:`jaxflow.envs.brax_envs` puts behind gymnax's interface).
 
 gymnax's ``step_env`` reports natural termination only; the time limit is ``state.time``
 against ``max_steps_in_episode`` and comes back as ``truncated``, because bootstrapping on
@@ -29,7 +30,7 @@ def to_gymnasium_space(space: Any) -> gymnasium.Space:
 
 
 class GymnaxCPUEnv(gymnasium.Env):
-    """One gymnax env, stepped by jit-compiled functions on the CPU."""
+    """One gymnax (or brax) env, stepped by jit-compiled functions on the CPU."""
 
     def __init__(self, env: Any, params: Any, env_id: str, seed: int = 0):
         self._params, self.env_id = params, env_id
