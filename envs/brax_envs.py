@@ -71,6 +71,13 @@ def _brax_envs() -> Any:
     return brax.envs
 
 
+def _strong(tree: Any) -> Any:
+    """``tree`` without weak types. Brax's reset and step disagree on which scalars are weakly
+    typed (``0.0`` vs a computed float32), so a state from one would compile the other's
+    consumer a second time (the host env's step: once from reset, once from step)."""
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.result_type(x)), tree)
+
+
 class BraxEnv(Environment[BraxState, BraxParams]):
     """A brax environment as a gymnax one.
 
@@ -106,7 +113,7 @@ class BraxEnv(Environment[BraxState, BraxParams]):
 
     def reset_env(self, key: jax.Array, params: BraxParams) -> tuple[jax.Array, BraxState]:
         del params
-        s = self.brax_env.reset(key)
+        s = _strong(self.brax_env.reset(key))
         return s.obs, BraxState(s, jnp.zeros((), jnp.int32))
 
     def step_env(
@@ -114,7 +121,7 @@ class BraxEnv(Environment[BraxState, BraxParams]):
     ) -> tuple[jax.Array, BraxState, jax.Array, jax.Array, dict[str, Any]]:
         """One brax step (deterministic: ``key`` is unused); terminated is brax's ``done``."""
         del key, params
-        s = self.brax_env.step(state.brax, action)
+        s = _strong(self.brax_env.step(state.brax, action))
         return s.obs, BraxState(s, state.time + 1), s.reward, s.done > 0, {}
 
     def is_terminated(self, state: BraxState, params: BraxParams) -> jax.Array:
@@ -129,7 +136,20 @@ class BraxEnv(Environment[BraxState, BraxParams]):
 
 def make_brax(env_id: str, episode_length: int = DEFAULT_EPISODE_LENGTH, **kwargs: Any) -> tuple[BraxEnv, BraxParams]:
     """``(env, params)`` for ``brax/<name>``: ``kwargs`` (``backend`` and the environment's
-    own) go to :class:`BraxEnv`, ``episode_length`` is the time limit."""
+    own) go to :class:`BraxEnv`, ``episode_length`` is the time limit.
+
+    A process makes one :class:`BraxEnv` per name and settings (it holds no episode state,
+    that is the ``BraxState`` pytree), so a worker's copies share one compiled step."""
     if isinstance(episode_length, bool) or not isinstance(episode_length, (int, np.integer)) or episode_length < 1:
         raise BraxConfigError(f"{env_id}: env_config episode_length must be a positive int, got {episode_length!r}.")
-    return BraxEnv(env_id[len(BRAX_PREFIX) :], **kwargs), BraxParams(int(episode_length))
+    name, settings = env_id[len(BRAX_PREFIX) :], tuple(sorted(kwargs.items()))
+    try:
+        hash(settings)
+    except TypeError:  # a list or dict among the settings: this copy gets its own env
+        return BraxEnv(name, **kwargs), BraxParams(int(episode_length))
+    return _shared_env(name, settings), BraxParams(int(episode_length))
+
+
+@functools.cache
+def _shared_env(name: str, settings: tuple[tuple[str, Any], ...]) -> BraxEnv:
+    return BraxEnv(name, **dict(settings))

@@ -101,7 +101,10 @@ def test_time_limit_truncates_and_restarts_by_hand():
 
 def test_cpu_env_steps_by_hand_and_config_errors():
     """``make_cpu`` (Ray workers and evaluation) steps the same env on the host, truncating at
-    ``episode_length``; bad ``env_config`` values fail in one line."""
+    ``episode_length``; copies with the same settings share one env (and its compiled step);
+    bad ``env_config`` values fail in one line."""
+    assert envs.make("brax/fast")[0] is envs.make("brax/fast", episode_length=5)[0]
+    assert envs.make("brax/fast")[0] is not envs.make("brax/fast", backend="generalized")[0]
     env = envs.make_cpu("brax/fast", envs.EnvContext(seed=1), episode_length=2)
     assert env.observation_space == gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)
     assert env.action_space == gymnasium.spaces.Box(-1.0, 1.0, (1,), np.float32)
