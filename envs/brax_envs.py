@@ -57,9 +57,9 @@ class BraxParams:
     max_steps_in_episode: int = DEFAULT_EPISODE_LENGTH
 
 
-@functools.cache
 def brax_names() -> tuple[str, ...]:
-    """The names in brax's environment registry, sorted."""
+    """The names in brax's environment registry, sorted, with any added by
+    ``brax.envs.register_environment`` (brax has no public listing; ``_envs`` is its table)."""
     return tuple(sorted(_brax_envs()._envs))
 
 
