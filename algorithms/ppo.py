@@ -31,7 +31,7 @@ from jaxflow import (
 from jaxflow.algorithms.a2c import postprocess
 from jaxflow.config import OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
-from jaxflow.envs import GYMNAX_PREFIX
+from jaxflow.envs import BRAX_PREFIX, GYMNAX_PREFIX
 from jaxflow.ondevice.spec import flat_batch
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps, standardize_fields
@@ -74,7 +74,7 @@ class PPOConfig(CommonConfig):
         super().__post_init__()
         # Only Ray mode trains on train_batch_size; device mode trains on num_envs x
         # rollout_fragment_length, and its program checks the minibatch against that.
-        if self.mode == "ray" or (self.mode == "auto" and not self.env.startswith(GYMNAX_PREFIX)):
+        if self.mode == "ray" or (self.mode == "auto" and not self.env.startswith((GYMNAX_PREFIX, BRAX_PREFIX))):
             require(
                 self.minibatch_size <= self.train_batch_size,
                 f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).",

@@ -1,4 +1,4 @@
-"""Environments for jaxflow: one registry over gymnasium (CPU), gymnax (JAX) and
+"""Environments for jaxflow: one registry over gymnasium (CPU), gymnax and Brax (JAX) and
 multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
 A CPU env's observations that are not a ``Box`` come flattened to a float32 vector (a
 ``Dict``'s ``action_mask`` last, for masked policies).
@@ -9,6 +9,7 @@ sub-packages) or of ``jaxflow.algorithms``.
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from jaxflow.envs.brax_envs import BRAX_PREFIX, BraxConfigError, BraxEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
 from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
@@ -22,6 +23,7 @@ from jaxflow.envs.multiagent import (
 )
 from jaxflow.envs.registry import (
     GYMNAX_PREFIX,
+    JAX_KINDS,
     EnvContext,
     EnvKindError,
     UnknownEnvError,
@@ -39,11 +41,15 @@ from jaxflow.envs.tasks import TaskDistribution, list_task_distributions, make_t
 from jaxflow.envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
 __all__ = [
+    "BRAX_PREFIX",
     "GYMNAX_PREFIX",
+    "JAX_KINDS",
     "ALEVectorEnv",
     "ActionMaskError",
     "AtariConfig",
     "AtariConfigError",
+    "BraxConfigError",
+    "BraxEnv",
     "CoordinationGame",
     "EnvContext",
     "EnvKindError",

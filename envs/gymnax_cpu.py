@@ -1,4 +1,5 @@
-"""A gymnax (JAX) environment behind the gymnasium API, so CPU rollout workers can run it.
+"""A gymnax (JAX) environment behind the gymnasium API, so CPU rollout workers can run it
+(and a Brax one, which :mod:`jaxflow.envs.brax_envs` puts behind gymnax's interface).
 
 gymnax's ``step_env`` reports natural termination only; the time limit is ``state.time``
 against ``max_steps_in_episode`` and comes back as ``truncated``, because bootstrapping on
@@ -7,6 +8,8 @@ a time limit but not on a real termination is what makes value targets correct.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -28,16 +31,25 @@ def to_gymnasium_space(space: Any) -> gymnasium.Space:
     raise TypeError(f"gymnax space {space!r} has no gymnasium equivalent here")
 
 
+@functools.cache
+def _host_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``reset_env`` and ``step_env`` compiled for the CPU, the env a static argument: copies
+    sharing one env object (a worker's brax copies, see ``make_brax``) compile them once."""
+    cpu = jax.devices("cpu")[0]
+    reset = jax.jit(lambda env, key, params: env.reset_env(key, params), static_argnums=0, device=cpu)
+    step = jax.jit(lambda env, *args: env.step_env(*args), static_argnums=0, device=cpu)
+    return reset, step
+
+
 class GymnaxCPUEnv(gymnasium.Env):
-    """One gymnax env, stepped by jit-compiled functions on the CPU."""
+    """One gymnax (or brax) env, stepped by jit-compiled functions on the CPU."""
 
     def __init__(self, env: Any, params: Any, env_id: str, seed: int = 0):
         self._params, self.env_id = params, env_id
         self.observation_space = to_gymnasium_space(env.observation_space(params))
         self.action_space = to_gymnasium_space(env.action_space(params))
-        cpu = jax.devices("cpu")[0]
-        self._reset = jax.jit(env.reset_env, device=cpu)
-        self._step = jax.jit(env.step_env, device=cpu)
+        self._env = env
+        self._reset, self._step = _host_functions()
         self._key = jax.random.PRNGKey(seed)
         self._state: Any = None  # the gymnax env's state pytree, set by reset()
 
@@ -46,12 +58,12 @@ class GymnaxCPUEnv(gymnasium.Env):
         if seed is not None:
             self._key = jax.random.PRNGKey(seed)
         self._key, sub = jax.random.split(self._key)
-        obs, self._state = self._reset(sub, self._params)
+        obs, self._state = self._reset(self._env, sub, self._params)
         return np.asarray(obs, np.float32), {}
 
     def step(self, action):
         self._key, sub = jax.random.split(self._key)
-        obs, self._state, reward, terminated, _ = self._step(sub, self._state, action, self._params)
+        obs, self._state, reward, terminated, _ = self._step(self._env, sub, self._state, action, self._params)
         terminated = bool(terminated)
         truncated = not terminated and int(self._state.time) >= int(self._params.max_steps_in_episode)
         return np.asarray(obs, np.float32), float(reward), terminated, truncated, {}

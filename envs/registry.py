@@ -7,6 +7,10 @@ Ids come in two kinds:
 * ``"gymnax"`` -- environments written in JAX, named ``"gymnax/<id>"`` (e.g.
   ``"gymnax/CartPole-v1"``). ``make`` returns ``(env, env_params)`` for them;
   ``make_cpu`` wraps them as a gymnasium env so Ray rollout workers can run them too.
+* ``"brax"`` -- Brax's physics environments, named ``"brax/<name>"`` (e.g.
+  ``"brax/inverted_pendulum"``), behind gymnax's interface (:mod:`jaxflow.envs.brax_envs`),
+  so ``make`` and ``make_cpu`` treat them as gymnax ids; ``env_config`` picks the
+  ``backend`` (physics pipeline) and ``episode_length``.
 
 A third kind, ``"multiagent"``, holds environments following PettingZoo's Parallel API
 (``pettingzoo.ParallelEnv``), created with ``make_multiagent`` and stepped by
@@ -22,12 +26,15 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import gymnasium
 
+from jaxflow.envs.brax_envs import BRAX_PREFIX, brax_names, make_brax
 from jaxflow.envs.flatten import flatten_observations
 
 if TYPE_CHECKING:
     from pettingzoo import ParallelEnv
 
 GYMNAX_PREFIX = "gymnax/"
+JAX_KINDS = ("gymnax", "brax")
+"""The kinds written in JAX: ``make`` returns ``(env, env_params)`` with gymnax's interface."""
 
 
 class EnvContext(NamedTuple):
@@ -54,7 +61,7 @@ class EnvKindError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class EnvEntry:
     id: str
-    kind: Literal["gymnasium", "gymnax", "multiagent"]
+    kind: Literal["gymnasium", "gymnax", "brax", "multiagent"]
     factory: Callable[..., Any]
     description: str = ""
 
@@ -93,13 +100,19 @@ def _gymnax_ids() -> list[str]:
     return [GYMNAX_PREFIX + name for name in gymnax.registered_envs]
 
 
+def _brax_ids() -> list[str]:
+    return [BRAX_PREFIX + name for name in brax_names()]
+
+
 def list_envs(kind: str | None = None) -> list[str]:
-    """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax" or "multiagent"."""
+    """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax", "brax" or "multiagent"."""
     ids: list[str] = []
     if kind in (None, "gymnasium"):
         ids += list(gymnasium.registry.keys()) + list(_EXTRA)
     if kind in (None, "gymnax"):
         ids += _gymnax_ids()
+    if kind in (None, "brax"):
+        ids += _brax_ids()
     if kind in (None, "multiagent"):
         ids += list(_MULTIAGENT)
     return sorted(set(ids))
@@ -113,6 +126,8 @@ def entry(env_id: str) -> EnvEntry:
         return _MULTIAGENT[env_id]
     if env_id.startswith(GYMNAX_PREFIX) and env_id in _gymnax_ids():
         return EnvEntry(env_id, "gymnax", _make_gymnax)
+    if env_id.startswith(BRAX_PREFIX) and env_id in _brax_ids():
+        return EnvEntry(env_id, "brax", make_brax)
     if env_id in gymnasium.registry:
         return EnvEntry(env_id, "gymnasium", _gymnasium_factory(env_id))
     close = difflib.get_close_matches(env_id, list_envs(), n=5, cutoff=0.5)
@@ -123,27 +138,27 @@ def entry(env_id: str) -> EnvEntry:
 def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
     """Creates an environment.
 
-    Returns a ``gymnasium.Env`` for CPU ids and ``(env, env_params)`` for gymnax ids.
+    Returns a ``gymnasium.Env`` for CPU ids and ``(env, env_params)`` for gymnax and brax ids.
     A CPU env's observations that are not a ``Box`` come flattened to a float32 vector
     (Discrete one-hot; see :mod:`jaxflow.envs.flatten`).
     """
     e = entry(env_id)
     _refuse_multiagent(e)
-    if e.kind == "gymnax":
-        return _make_gymnax(env_id, **kwargs)
+    if e.kind in JAX_KINDS:
+        return e.factory(env_id, **kwargs)
     return flatten_observations(e.factory(context or EnvContext(), **kwargs), env_id)
 
 
 def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> gymnasium.Env:
-    """A gymnasium env for any id: gymnax envs are wrapped to step on the CPU, and a gymnasium
+    """A gymnasium env for any id: gymnax and brax envs are wrapped to step on the CPU, and a gymnasium
     env's observations that are not a ``Box`` are flattened to a float32 vector (Discrete
     one-hot; see :mod:`jaxflow.envs.flatten`)."""
     e = entry(env_id)
     _refuse_multiagent(e)
-    if e.kind == "gymnax":
+    if e.kind in JAX_KINDS:
         from jaxflow.envs.gymnax_cpu import GymnaxCPUEnv
 
-        env, params = _make_gymnax(env_id, **kwargs)
+        env, params = e.factory(env_id, **kwargs)
         return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
     return flatten_observations(e.factory(context or EnvContext(), **kwargs), env_id)
 

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         "--mode",
         choices=MODES,
         help="Ray rollout workers, or rollout + update compiled on the device "
-        "(gymnax envs); default auto: device for gymnax/<id> envs where the algorithm has it",
+        "(gymnax and brax envs); default auto: device for gymnax/<id> and brax/<name> envs where the algorithm has it",
     )
     t.add_argument("--num-seeds", type=int, help="device mode: train this many seeds at once (vmapped)")
     t.add_argument(
@@ -199,9 +199,9 @@ def _list() -> int:
     print("algorithms:", ", ".join(list_algorithms()))
     for space in ACTION_SPACES:
         print(f"for {space} action spaces:", ", ".join(algorithms_for_space(space)))
-    print("with device mode (gymnax envs):", ", ".join(device_algorithms()))
+    print("with device mode (gymnax and brax envs):", ", ".join(device_algorithms()))
     print("for policies of multi-agent runs (--multiagent FILE):", ", ".join(multiagent_algorithms()))
-    for kind in ("gymnasium", "gymnax", "multiagent"):
+    for kind in ("gymnasium", "gymnax", "brax", "multiagent"):
         ids = envs.list_envs(kind)
         print(f"{kind} environments ({len(ids)}):")
         print("  " + "\n  ".join(ids))

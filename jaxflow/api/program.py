@@ -86,8 +86,8 @@ def build_program(config: Any, spec: AlgorithmSpec) -> Program:
 
 
 def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
-    """``"ray"`` or ``"device"`` for ``config.mode``; "auto" is device mode for a gymnax env
-    when the algorithm has one (an algorithm with its own ``program`` decides for itself what
+    """``"ray"`` or ``"device"`` for ``config.mode``; "auto" is device mode for a JAX env
+    (gymnax or brax) when the algorithm has one (an algorithm with its own ``program`` decides for itself what
     "auto" means). Raises :class:`ConfigError` for a mode that cannot run."""
     if spec.run.program is not None:
         return config.mode
@@ -97,20 +97,19 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
             f"{type(config).__name__}.env {config.env!r} is a multi-agent environment: train it with a "
             "multi-agent config (jaxflow train --multiagent FILE), which maps its agents to policies."
         )
-    gymnax_env = kind == "gymnax"
-    can_device = gymnax_env and spec.run.device is not None
+    can_device = kind in envs.JAX_KINDS and spec.run.device is not None
     name = type(config).__name__
     if config.mode == "device" and not can_device:
         why = (
             f"{spec.name} has no device mode (algorithms with one: {', '.join(device_algorithms())})"
             if spec.run.device is None
-            else f"{config.env!r} is not a JAX environment (device mode runs gymnax/<id> envs)"
+            else f"{config.env!r} is not a JAX environment (device mode runs gymnax/<id> and brax/<name> envs)"
         )
         raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")
     mode = "device" if config.mode == "device" or (config.mode == "auto" and can_device) else "ray"
     if mode == "ray" and (config.device.num_seeds > 1 or config.device.sweep):
         raise ConfigError(
-            f"{name}.num_seeds > 1 and {name}.sweep need device mode (a gymnax/<id> env and one of "
+            f"{name}.num_seeds > 1 and {name}.sweep need device mode (a gymnax/<id> or brax/<name> env and one of "
             f"{', '.join(device_algorithms())}); this run is in Ray mode."
         )
     return mode

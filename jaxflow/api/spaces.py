@@ -15,7 +15,10 @@ from jaxflow.policies.distributions import distribution_for
 
 def env_spaces(config: Any, spec: AlgorithmSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
     """The observation and action spaces of ``config.env`` (checked by :func:`check_spaces`)."""
-    env = envs.make_cpu(config.env, **config.env_config)
+    try:
+        env = envs.make_cpu(config.env, **config.env_config)
+    except envs.BraxConfigError as e:  # a bad backend or episode_length: one line, exit status 2 in the CLI
+        raise ConfigError(str(e)) from None
     spaces = env.observation_space, env.action_space
     env.close()
     require(

@@ -50,8 +50,8 @@ class CommonConfig:
     min_env_steps_per_iteration: int = param(0, NON_NEGATIVE)
     """A training iteration lasts at least this many sampled env steps."""
     mode: Literal["auto", "ray", "device"] = "auto"
-    """Ray rollout workers, or rollout and update compiled together on the device (gymnax envs
-    only); "auto" picks device mode for a gymnax env when the algorithm has one."""
+    """Ray rollout workers, or rollout and update compiled together on the device (gymnax and
+    brax envs only); "auto" picks device mode for such an env when the algorithm has one."""
     rollout: RolloutConfig = param(None, factory=RolloutConfig)
     """Ray mode's rollout workers: how many, their environments and fragments, their resources."""
     device: DeviceConfig = param(None, factory=DeviceConfig)

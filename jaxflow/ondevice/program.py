@@ -1,7 +1,7 @@
 """On-device training for JAX environments: rollout and update compiled into one function.
 
 The Anakin architecture of Hessel et al. (2021), "Podracer architectures for scalable
-Reinforcement Learning": when the environment is itself written in JAX (gymnax), acting,
+Reinforcement Learning": when the environment is itself written in JAX (gymnax, brax), acting,
 stepping and learning all run on the accelerator. ``vmap`` over environments, ``lax.scan``
 over time steps and over ``iterations_per_call`` training iterations make one compiled
 call; the host sees only the metrics.

@@ -49,7 +49,7 @@ def count_observations(norm: Normalizer | None, obs: Array) -> Normalizer | None
 def step_envs(
     env: Any, env_params: Any, keys: Array, env_state: Any, actions: Array
 ) -> tuple[Array, Any, Array, Array, Array, Array]:
-    """One step of B gymnax environments with gymnax's automatic reset.
+    """One step of B JAX environments (gymnax's interface: gymnax and brax ids) with gymnax's automatic reset.
 
     Returns ``(obs, env_state, reward, terminated, truncated, final_obs)``: the next
     observation is a fresh episode's where one ended, ``final_obs`` the ended episode's last

@@ -36,6 +36,10 @@ def no_ray(monkeypatch):
         ),
         (["--algo", "a3c", "--env", "gymnax/CartPole-v1", "--mode", "device"], "A3C has no device mode"),
         (
+            ["--algo", "ppo", "--env", "brax/inverted_pendulum", "--set", 'env_config={"backend": "physx"}'],
+            "brax/inverted_pendulum: env_config backend='physx' is not a brax pipeline; allowed: generalized, mjx",
+        ),
+        (
             ["--algo", "dqn", "--env", "Pendulum-v1"],
             "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
             "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3",
@@ -63,12 +67,13 @@ def test_list_names_algorithms_and_envs(capsys):
     assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, SAC, TD3" in out
     assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
     assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
-    assert "with device mode (gymnax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, SAC, TD3" in out
+    assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, SAC, TD3" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, SAC, TD3" in out
     assert (
         "multiagent/Coordination-v0" in out and "multiagent/Rendezvous-v0" in out and "jaxflow/MaskedChoice-v0" in out
     )
-    assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out
+    assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out and "brax/inverted_pendulum" in out
+    assert "Failed to import warp" not in out  # mujoco.mjx's note on importing brax, kept out
 
 
 def test_evaluate_reports_greedy_returns(ray_local, tmp_path, capsys):
