@@ -12,13 +12,13 @@ from jaxflow.rollout.batch import (
     train_arrays,
 )
 from jaxflow.rollout.evaluation import evaluate_policies, evaluate_policy, evaluation_seed, summarize_returns
+from jaxflow.rollout.guards import EnvValueError, PolicyOutputError
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.normalize import HostNormalizer, Moments, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
 from jaxflow.rollout.truncation import bootstrap_truncations, truncation_bootstrap
 from jaxflow.rollout.worker import (
-    PolicyOutputError,
     Rollout,
     RolloutWorker,
     Stopwatch,
@@ -30,6 +30,7 @@ from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 __all__ = [
     "PER_ENV_FIELDS",
     "Batch",
+    "EnvValueError",
     "GradientsResult",
     "HostNormalizer",
     "HostPostprocess",

@@ -16,31 +16,11 @@ from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow.iterators import _call
 from jaxflow.policies.policy import Policy, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
+from jaxflow.rollout.guards import PolicyOutputError, bad_output_message, check_finite_step
 from jaxflow.rollout.normalize import HostNormalizer, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.sample_ahead import SampleAhead
 from jaxflow.rollout.truncation import bootstrap_truncations
-
-
-class PolicyOutputError(FloatingPointError):
-    """The policy's network gave a NaN or infinite output: the worker stops on that step
-    rather than act on it (an action from NaN logits is arbitrary, a NaN action reaches the env)."""
-
-
-class EnvValueError(FloatingPointError):
-    """An environment gave a NaN or infinite observation or reward."""
-
-
-def check_finite_step(obs: np.ndarray, reward: np.ndarray, env_id: str, worker: int, env_step: int) -> None:
-    """Raises :class:`EnvValueError` naming the env, the worker, the field and the step where a
-    vector step's observations (floating point ones) or rewards are NaN or infinite."""
-    for field, x in (("observation", obs), ("reward", reward)):
-        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
-            envs_hit = np.flatnonzero(~np.isfinite(x.reshape(len(x), -1)).all(axis=1))
-            raise EnvValueError(
-                f"rollout worker {worker}: env {env_id!r} returned a NaN or infinite {field} at the worker's env step "
-                f"{env_step} (envs {envs_hit.tolist()} of its vector); check_finite=false lets such values through."
-            )
 
 
 class Stopwatch:
@@ -233,7 +213,10 @@ class RolloutWorker:
             with policy_watch:
                 inputs, v = unpack(out[g])
             if not (np.isfinite(inputs).all() and np.isfinite(v).all()):
-                raise PolicyOutputError(self._bad_output(inputs, v, self.env_steps + t * B + g * n))
+                model = f"model {cfg.model!r}" if cfg.model else "the default network"
+                raise PolicyOutputError(
+                    bad_output_message(inputs, v, self.index, model, cfg.env, self.env_steps + t * B + g * n)
+                )
             if self._explore is None:
                 a, lp = dist.sample_host(self._rng, inputs)
             else:
@@ -282,15 +265,6 @@ class RolloutWorker:
         returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
         timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
         return Rollout(traj, T * B, returns, lengths, version, timing)
-
-    def _bad_output(self, inputs: np.ndarray, values: np.ndarray, env_step: int) -> str:
-        model = f"model {self.config.model!r}" if self.config.model else "the default network"
-        bad = int((~np.isfinite(inputs)).any(axis=-1).sum() + (~np.isfinite(values)).sum())
-        return (
-            f"rollout worker {self.index}: the policy ({model}) gave NaN or infinite outputs for {bad} of "
-            f"{len(inputs)} observations of {self.config.env!r} at the worker's env step {env_step}; "
-            "its parameters or the observations are not finite."
-        )
 
     def close(self) -> None:
         """Stops the sampler thread (``sample_async``) and the environments."""

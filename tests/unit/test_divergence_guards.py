@@ -18,7 +18,7 @@ from jaxflow.api.checkpoint import CheckpointError
 from jaxflow.api.loop import train
 from jaxflow.learn import Learner, TrainState, sgd_step
 from jaxflow.learn.learner import NonFiniteUpdateError
-from jaxflow.rollout.worker import EnvValueError
+from jaxflow.rollout.guards import EnvValueError
 
 PPO = get_algorithm("PPO")
 
