@@ -21,6 +21,7 @@ from jaxflow.envs.multiagent import (
     Rendezvous,
     RockPaperScissors,
 )
+from jaxflow.envs.options import USER_ONLY_OPTIONS, EnvOptionError, check_env_config, check_file_env_config, env_options
 from jaxflow.envs.registry import (
     GYMNAX_PREFIX,
     JAX_KINDS,
@@ -44,6 +45,7 @@ __all__ = [
     "BRAX_PREFIX",
     "GYMNAX_PREFIX",
     "JAX_KINDS",
+    "USER_ONLY_OPTIONS",
     "ALEVectorEnv",
     "ActionMaskError",
     "AtariConfig",
@@ -53,6 +55,7 @@ __all__ = [
     "CoordinationGame",
     "EnvContext",
     "EnvKindError",
+    "EnvOptionError",
     "EnvSpaceError",
     "FlatMaskedObservation",
     "FlatObservation",
@@ -69,8 +72,11 @@ __all__ = [
     "VectorStep",
     "adopt",
     "atari",
+    "check_env_config",
+    "check_file_env_config",
     "custom_entry",
     "entry",
+    "env_options",
     "flat_space",
     "flatten_observations",
     "is_flattenable",
