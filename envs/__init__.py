@@ -36,6 +36,7 @@ from jaxflow.envs.registry import (
     make_cpu,
     make_multiagent,
     register,
+    register_jax,
     register_multiagent,
 )
 from jaxflow.envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
@@ -88,5 +89,6 @@ __all__ = [
     "make_multiagent",
     "make_task_distribution",
     "register",
+    "register_jax",
     "register_multiagent",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 
 import gymnasium
 
-from jaxflow.envs.registry import GYMNAX_PREFIX, EnvEntry, custom_entry, entry
+from jaxflow.envs.registry import EnvEntry, custom_entry, entry
 
 USER_ONLY_OPTIONS = ("render_mode",)
 """Options a checkpoint may not set: they act on the user's machine (windows, files), not on
@@ -76,7 +76,7 @@ def env_options(env_id: str) -> list[str] | None:
     """The sorted option names ``env_id`` takes, or None where it checks them itself or takes any."""
     e = entry(env_id)
     if e.kind == "gymnax":
-        return _gymnax_options(env_id)
+        return _gymnax_options(e)
     if e.kind == "brax":  # brax_envs checks its own (backend, episode_length, the env's weights)
         return None
     if custom_entry(env_id) is None:  # gymnasium's own registry
@@ -84,11 +84,9 @@ def env_options(env_id: str) -> list[str] | None:
     return _factory_options(e)
 
 
-def _gymnax_options(env_id: str) -> list[str]:
-    import gymnax
-
-    _, params = gymnax.make(env_id[len(GYMNAX_PREFIX) :])
-    return sorted(f.name for f in dataclasses.fields(params))
+def _gymnax_options(e: EnvEntry) -> list[str] | None:
+    _, params = e.factory(e.id)
+    return sorted(f.name for f in dataclasses.fields(params)) if dataclasses.is_dataclass(params) else None
 
 
 def _gymnasium_options(env_id: str) -> list[str] | None:
