@@ -12,6 +12,7 @@ from jaxflow.config.names import make_config
 from jaxflow.rollout.evaluation import evaluate_policy
 
 
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # reading the MP4 back starts ffmpeg
 def test_each_evaluated_episode_is_written_as_an_mp4(tmp_path):
     spec = get_algorithm("PPO")
     config = make_config(spec.config_cls, env="CartPole-v1", seed=2)
