@@ -128,7 +128,7 @@ def load_meta(path: str) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise fail(path, f"{META} is not valid JSON ({e})") from e
     if not isinstance(meta, dict):
-        raise fail(path, f"{META} is a JSON {type(meta).__name__}, not an object")
+        raise fail(path, f"{META} is a JSON {_json_type(meta)}, not an object")
     version = meta.get("format_version")
     if type(version) is not int or version not in (UNSEALED_FORMAT, FORMAT_VERSION):
         raise fail(
@@ -139,11 +139,17 @@ def load_meta(path: str) -> dict[str, Any]:
     if missing:
         raise fail(path, f"{META} lacks {missing}")
     wrong = [
-        f"{k} is {type(meta[k]).__name__}, not {t.__name__}" for k, t in META_KEYS.items() if type(meta[k]) is not t
+        f"{k} is {_json_type(meta[k])}, not {_json_type(t())}" for k, t in META_KEYS.items() if type(meta[k]) is not t
     ]
     if wrong:
         raise fail(path, f"{META}: {'; '.join(wrong)}")
     return meta
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed JSON value's type."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def verify(path: str) -> dict[str, Any]:
