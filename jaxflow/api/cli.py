@@ -114,8 +114,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.resume:
         from jaxflow.api.restore import plan_restore, run_directory
 
-        logdir = run_directory(args.resume)  # a checkpoint's folder continues the run it belongs to
         plan = plan_restore(args.resume, _overrides(args), from_strings=True)  # verified before Ray starts
+        logdir = run_directory(args.resume)  # a checkpoint's folder continues the run it belongs to
         for _, why in plan.skipped:
             print(f"jaxflow: skipped {why}", flush=True)
         spec, config = plan.spec, plan.config
