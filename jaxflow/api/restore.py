@@ -15,6 +15,7 @@ from jaxflow.api.program import resolve_mode
 from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import replace_config
 from jaxflow.config.parsing import from_json_dict, parse_value
 from jaxflow.rollout.normalize import normalizer_init
@@ -69,7 +70,11 @@ def plan_restore(path: str, overrides: Mapping[str, Any] | None = None, from_str
         spec = get_algorithm(meta["algorithm"])
         template = None
         if spec.run.program is None:
-            template = state_template(from_json_dict(spec.config_cls, meta["config"]), spec)
+            try:
+                template = state_template(from_json_dict(spec.config_cls, meta["config"]), spec)
+            except (ConfigError, KeyError, ImportError, AttributeError) as e:  # KeyError: envs.UnknownEnvError
+                why = e.args[0] if isinstance(e, KeyError) and e.args else e  # a KeyError's str() is quoted
+                raise checkpoint.fail(ckpt, f"its {spec.name} config does not build: {why}") from e
             checkpoint.check_shapes(ckpt, template.state)
         templates[ckpt] = template
 

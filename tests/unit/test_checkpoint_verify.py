@@ -169,6 +169,7 @@ CASES: dict[str, tuple[str, Callable[[str], None], str]] = {
     "config with an unknown field": ("good", _config(lrr=0.1), "its DQN config does not parse: DQNConfig has no field 'lrr'"),
     "config with an invalid value": ("good", _config(gamma=2.0), "its DQN config does not parse: DQNConfig.gamma must satisfy"),
     "config value of the wrong type": ("good", _config(seed="zero"), "its DQN config does not parse: DQNConfig.seed must be int"),
+    "config with an unknown env": ("good", _config(env="NoSuchEnv-v0"), "its DQN config does not build: Unknown environment 'NoSuchEnv-v0'"),
     "state reshaped": ("reshaped", lambda p: None, "state does not fit this config: opt_state/"),
     "state retyped": ("retyped", lambda p: None, "state does not fit this config: step: saved float32[], expected int32[]"),
     "object array in an npz": ("good", _npz(obs=OBJECT), "replay_shard_0.npz:obs.npy holds an object array (object)"),
