@@ -96,6 +96,9 @@ def save(
         _write_meta(tmp, dict(meta, format_version=FORMAT_VERSION, iteration=iteration))
         manifest.write_manifest(tmp)
         _replace(tmp, final, os.path.join(directory, f".old-{name}-{uuid.uuid4().hex[:8]}"))
+        for stale in candidates(directory):  # older copies of this iteration, left by writes killed mid-replace
+            if os.path.basename(stale).startswith(f".old-{name}-"):
+                shutil.rmtree(stale, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

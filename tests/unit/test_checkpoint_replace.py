@@ -75,9 +75,14 @@ def test_an_interrupted_replace_leaves_a_loadable_checkpoint(dqn, tmp_path, monk
     assert plan.skipped == [] and os.path.basename(plan.path).rsplit("-", 1)[0] in left
     restored = checkpoint.restore_state(plan.path, plan.template.state)
     assert int(restored.step) == int(state.step) + (5 if survivor == "new" else 0)
-    # The run goes on: the next checkpoint is written and found.
+    # The run goes on: the next checkpoint is written and found; rewriting this one leaves no aside copy.
     checkpoint.save(directory, ITERATION + 1, new, meta)
     assert checkpoint.latest(directory) == os.path.join(directory, "checkpoint_000005")
+    checkpoint.save(directory, ITERATION, new, meta)
+    assert sorted(n for n in os.listdir(directory) if not n.startswith(".tmp-")) == [
+        "checkpoint_000004",
+        "checkpoint_000005",
+    ]
 
 
 def test_a_complete_replace_leaves_only_the_new_checkpoint(dqn, tmp_path):
