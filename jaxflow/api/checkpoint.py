@@ -164,11 +164,7 @@ def verify(path: str) -> dict[str, Any]:
         raise fail(path, "not a directory")
     meta = load_meta(path)
     try:
-        if meta["format_version"] == UNSEALED_FORMAT:
-            log.warning(
-                "checkpoint %s has format %d, without a manifest: its files are unverified", path, UNSEALED_FORMAT
-            )
-        else:
+        if meta["format_version"] != UNSEALED_FORMAT:
             manifest.check_manifest(path)
         manifest.check_numpy_headers(path)
     except manifest.ManifestError as e:
@@ -183,6 +179,8 @@ def verify(path: str) -> dict[str, Any]:
         from_json_dict(spec.config_cls, meta["config"])
     except (ConfigError, TypeError) as e:
         raise fail(path, f"{META}: its {spec.name} config does not parse: {e}") from e
+    if meta["format_version"] == UNSEALED_FORMAT:  # warned only once it loads: a refusal is one line
+        log.warning("checkpoint %s has format %d, without a manifest: its files are unverified", path, UNSEALED_FORMAT)
     return meta
 
 
@@ -216,7 +214,7 @@ class Found(NamedTuple):
 
 def search(path: str, check: Callable[[str, dict[str, Any]], Any] | None = None) -> Found:
     """The checkpoint ``path`` names, verified; or the newest checkpoint under ``path`` that
-    verifies (and passes ``check(path, meta)``), each newer one skipped logged as a warning.
+    verifies (and passes ``check(path, meta)``), each newer one it skipped logged as a warning.
     Raises :class:`CheckpointError` when there is none, with why each one failed."""
     path = os.path.abspath(path)
     if is_checkpoint(path):
@@ -224,10 +222,13 @@ def search(path: str, check: Callable[[str, dict[str, Any]], Any] | None = None)
     skipped: list[tuple[str, str]] = []
     for ckpt in candidates(path):
         try:
-            return Found(ckpt, _checked(ckpt, check), skipped)
+            meta = _checked(ckpt, check)
         except CheckpointError as e:
-            log.warning("skipping %s", e)
             skipped.append((ckpt, str(e)))
+            continue
+        for _, why in skipped:  # when none verifies, the error alone says why: one line
+            log.warning("skipped %s", why)
+        return Found(ckpt, meta, skipped)
     if not skipped:
         raise CheckpointError(f"No checkpoint under {path}.")
     raise CheckpointError(f"No checkpoint under {path} verifies: {'; '.join(why for _, why in skipped)}")
@@ -263,9 +264,12 @@ def check_shapes(path: str, template: Any) -> None:
     tree, shapes and dtypes of ``template``; reads orbax's metadata only."""
     try:
         with ocp.StandardCheckpointer() as ckptr:
-            saved = _arrays(ckptr.metadata(os.path.join(path, "state")).item_metadata.tree)
+            item = ckptr.metadata(os.path.join(path, "state")).item_metadata
     except Exception as e:  # orbax raises many kinds on a damaged directory: all mean "unreadable"
         raise fail(path, f"orbax cannot read the metadata of state/ ({type(e).__name__}: {e})") from e
+    if item is None:  # orbax logs why and returns nothing
+        raise fail(path, "orbax cannot read the metadata of state/ (state/_METADATA is missing or damaged)")
+    saved = _arrays(item.tree)
     expected = _arrays(ocp.tree.serialize_tree(jax.device_get(template), keep_empty_nodes=True))
     diffs = [
         f"{k}: saved {_show(saved.get(k))}, expected {_show(expected.get(k))}"

@@ -177,7 +177,7 @@ CASES: dict[str, tuple[str, Callable[[str], None], str]] = {
     "npz not a zip": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_0.npz", "wb").write(b"PK junk")), "replay_shard_0.npz is not a readable numpy file"),
     "format 1 with an object npy": ("good", _format_1, "extra.npy holds an object array"),
     "state/ deleted": ("good", _then_reseal(lambda p: shutil.rmtree(f"{p}/state")), "no state/ directory"),
-    "orbax metadata not JSON": ("good", _then_reseal(lambda p: open(f"{p}/state/_METADATA", "w").write("{")), "orbax cannot read the metadata of state/"),
+    "orbax metadata not JSON": ("good", _then_reseal(lambda p: open(f"{p}/state/_METADATA", "w").write("{")), "orbax cannot read the metadata of state/ (state/_METADATA is missing or damaged)"),
     "empty directory": ("good", _empty, "no meta.json"),
     "a file, not a directory": ("good", _replace_with_file, "not a directory"),
 }  # fmt: skip
@@ -202,7 +202,7 @@ def no_ray(monkeypatch):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_tampered_checkpoint_is_refused_in_one_line_before_ray(saved, tmp_path, capsys, no_ray, case):
+def test_a_tampered_checkpoint_is_refused_in_one_line_before_ray(saved, tmp_path, capsys, caplog, no_ray, case):
     run, bad = _tampered(saved, tmp_path, case, with_good=False)
     message = CASES[case][2]
     for path in (run, bad):
@@ -210,6 +210,10 @@ def test_a_tampered_checkpoint_is_refused_in_one_line_before_ray(saved, tmp_path
             plan_restore(path)
         assert message in str(e.value) and bad in str(e.value) and "\n" not in str(e.value)
         assert isinstance(e.value, ConfigError)
+    # jaxflow logs nothing that would reach stderr beside the error (orbax's own warnings aside).
+    assert [
+        r.getMessage() for r in caplog.records if r.name.startswith("jaxflow") and r.levelno >= logging.WARNING
+    ] == []
     assert cli.main(["train", "--resume", run, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and err.startswith("jaxflow: error: No checkpoint under")
