@@ -25,6 +25,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxflow import envs
 from jaxflow.api import manifest
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config.fields import ConfigError
@@ -176,9 +177,15 @@ def verify(path: str) -> dict[str, Any]:
     except ConfigError as e:
         raise fail(path, f"{META}: {e}") from e
     try:
-        from_json_dict(spec.config_cls, meta["config"])
+        config = from_json_dict(spec.config_cls, meta["config"])
     except (ConfigError, TypeError) as e:
         raise fail(path, f"{META}: its {spec.name} config does not parse: {e}") from e
+    try:  # a file sets the env's documented options only, never how it shows itself
+        envs.check_file_env_config(config.env, config.env_config, "its config")
+    except envs.EnvOptionError as e:
+        raise fail(path, f"{META}: {e}") from e
+    except envs.UnknownEnvError:
+        pass  # said when the run is built from it ("does not build")
     if meta["format_version"] == UNSEALED_FORMAT:  # warned only once it loads: a refusal is one line
         log.warning("checkpoint %s has format %d, without a manifest: its files are unverified", path, UNSEALED_FORMAT)
     return meta

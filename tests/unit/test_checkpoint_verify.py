@@ -169,6 +169,8 @@ CASES: dict[str, tuple[str, Callable[[str], None], str]] = {
     "config with an unknown field": ("good", _config(lrr=0.1), "its DQN config does not parse: DQNConfig has no field 'lrr'"),
     "config with an invalid value": ("good", _config(gamma=2.0), "its DQN config does not parse: DQNConfig.gamma must satisfy"),
     "config value of the wrong type": ("good", _config(seed="zero"), "its DQN config does not parse: DQNConfig.seed must be int"),
+    "config asking for a window": ("good", _config(env_config={"render_mode": "human"}), "env_config sets 'render_mode', which is the user's to choose, not a file's"),
+    "config with an unknown env option": ("good", _config(env_config={"sutton_barto": True}), "CartPole-v1: its config key 'sutton_barto' is not an option of this environment"),
     "config with an unknown env": ("good", _config(env="NoSuchEnv-v0"), "its DQN config does not build: Unknown environment 'NoSuchEnv-v0'"),
     "state reshaped": ("reshaped", lambda p: None, "state does not fit this config: opt_state/"),
     "state retyped": ("retyped", lambda p: None, "state does not fit this config: step: saved float32[], expected int32[]"),
