@@ -37,13 +37,13 @@ from jaxflow.envs.gymnax_cpu import to_gymnasium_space
 from jaxflow.learn.learner import check_nonfinite
 from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
+from jaxflow.ondevice.evaluation import DeviceEvaluator
 from jaxflow.ondevice.members import members, with_hyper
 from jaxflow.ondevice.rollout import EnvCarry, count_observations, rollout
 from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
 from jaxflow.replay import on_device as device_replay
-from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.normalize import Normalizer, normalizer_init
 
 Array = jax.Array
@@ -80,6 +80,7 @@ class DeviceProgram:
         action_space = to_gymnasium_space(self.env.action_space(self.env_params))
         obs_shape = tuple(obs_space.shape or ())
         self.policy = spec.policy(config, obs_space, action_space)
+        self.evaluator = DeviceEvaluator(self.env, self.env_params, self.policy, config)
         self.num_envs = (
             config.device.num_envs or max(1, config.rollout.num_workers) * config.rollout.num_envs_per_worker
         )
@@ -282,10 +283,9 @@ class DeviceProgram:
         return self._results
 
     def evaluate(self, episodes: int = 10, seed: int | None = None, member: int = 0) -> dict[str, Any]:
-        """Member ``member``'s greedy policy for ``episodes`` episodes (stepped on the host),
-        with its observation statistics where the run normalizes."""
-        weights, stats = self.get_weights(member), self.get_normalizer(member)
-        return evaluate_policy(self.config, self.policy, weights, episodes, seed, stats)
+        """Member ``member``'s greedy policy for ``episodes`` episodes, all at once in one
+        compiled call on the device, with its observation statistics where the run normalizes."""
+        return self.evaluator(self.get_weights(member), self.get_normalizer(member), episodes, seed)
 
     def get_normalizer(self, member: int = 0) -> Normalizer | None:
         """One member's normalizer statistics as numpy arrays (None where the run normalizes nothing)."""
