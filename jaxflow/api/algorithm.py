@@ -21,7 +21,6 @@ from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
-from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import make_config, replace_config
 from jaxflow.config.parsing import from_json_dict, to_json_dict
 from jaxflow.networks.models import describe_module
@@ -56,11 +55,6 @@ class Algorithm:
         if isinstance(algorithm, str):
             spec = get_algorithm(algorithm)
             return cls(make_config(spec.config_cls, **fields), spec)
-        if isinstance(algorithm, type):
-            raise ConfigError(
-                f"Algorithm.build takes an algorithm name or a config object, got the class {algorithm.__name__}; "
-                f"pass {algorithm.__name__}() or a name such as 'PPO'."
-            )
         return cls(replace_config(algorithm, **fields) if fields else algorithm)
 
     # What some programs have (a Ray run's learner and workers, a replay run's shards), for

@@ -163,6 +163,10 @@ def make_config(cls: type[C], /, **changes: Any) -> C:
 def replace_config(config: C, /, **changes: Any) -> C:
     """A copy of ``config`` with ``changes`` keyed by flat or dotted names (``dataclasses.replace``
     that knows the groups); the copy is validated, ``config`` is untouched."""
+    require(
+        dataclasses.is_dataclass(config) and not isinstance(config, type),
+        f"replace_config takes a config object such as PPOConfig(), got {config!r}.",
+    )
     own, held = _split(type(config), changes)
     for g, values in held.items():
         own[g] = _with(type(config), g, own.get(g, getattr(config, g)), values)
