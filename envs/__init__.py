@@ -21,6 +21,7 @@ from jaxflow.envs.multiagent import (
     Rendezvous,
     RockPaperScissors,
 )
+from jaxflow.envs.options import USER_ONLY_OPTIONS, EnvOptionError, check_env_config, check_file_env_config, env_options
 from jaxflow.envs.registry import (
     GYMNAX_PREFIX,
     JAX_KINDS,
@@ -35,6 +36,7 @@ from jaxflow.envs.registry import (
     make_cpu,
     make_multiagent,
     register,
+    register_jax,
     register_multiagent,
 )
 from jaxflow.envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
@@ -44,6 +46,7 @@ __all__ = [
     "BRAX_PREFIX",
     "GYMNAX_PREFIX",
     "JAX_KINDS",
+    "USER_ONLY_OPTIONS",
     "ALEVectorEnv",
     "ActionMaskError",
     "AtariConfig",
@@ -53,6 +56,7 @@ __all__ = [
     "CoordinationGame",
     "EnvContext",
     "EnvKindError",
+    "EnvOptionError",
     "EnvSpaceError",
     "FlatMaskedObservation",
     "FlatObservation",
@@ -69,8 +73,11 @@ __all__ = [
     "VectorStep",
     "adopt",
     "atari",
+    "check_env_config",
+    "check_file_env_config",
     "custom_entry",
     "entry",
+    "env_options",
     "flat_space",
     "flatten_observations",
     "is_flattenable",
@@ -82,5 +89,6 @@ __all__ = [
     "make_multiagent",
     "make_task_distribution",
     "register",
+    "register_jax",
     "register_multiagent",
 ]

@@ -7,85 +7,38 @@ registered on import:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
-from pettingzoo import ParallelEnv
 
-from jaxflow.envs.registry import EnvContext, register_multiagent
-
-AGENTS = ("agent_0", "agent_1")
+from jaxflow.envs.registry import register_multiagent
+from jaxflow.envs.two_agent import AGENTS, TwoAgentGame, ignoring_context
 
 
-class _RepeatedTwoPlayerGame(ParallelEnv):
+class _RepeatedTwoPlayerGame(TwoAgentGame):
     """Two agents play one simultaneous-move stage game ``episode_length`` times.
 
-    The episode ends by a time limit, so it is reported as truncation (never termination)
-    for both agents at once. An agent's observation is game-specific features followed by
-    the elapsed fraction ``t / episode_length``, which makes the time limit observable.
-    Subclasses define the stage game through ``_payoff``, ``_new_round`` and ``_features``.
+    An agent's observation is game-specific features followed by the elapsed fraction
+    ``t / episode_length``, which makes the time limit observable. Subclasses define the
+    stage game through ``_payoff``, ``_new_round`` and ``_features``.
     """
 
     def __init__(self, episode_length: int, num_actions: int, num_features: int):
-        if episode_length < 1:
-            raise ValueError(f"episode_length must be >= 1, got {episode_length}")
-        self.episode_length = episode_length
-        self.possible_agents = list(AGENTS)
-        self.agents: list[str] = []
-        # One space object per agent for the env's life: PettingZoo seeds spaces by identity.
-        self.observation_spaces = {a: gymnasium.spaces.Box(0.0, 1.0, (num_features + 1,), np.float32) for a in AGENTS}
-        self.action_spaces: dict[str, gymnasium.spaces.Discrete] = {
-            a: gymnasium.spaces.Discrete(num_actions) for a in AGENTS
-        }
-        self._rng = np.random.default_rng()
-        self._t = 0
-
-    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Discrete:
-        return self.action_spaces[agent]
-
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-        del options  # these games have none
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self._t = 0
-        self._new_round(None)
-        return self._observe(), {a: {} for a in self.agents}
-
-    def step(
-        self, actions: dict[str, Any]
-    ) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
-        if not self.agents:
-            raise RuntimeError(f"{self.metadata['name']}: step() after the episode ended; call reset() first.")
-        if set(actions) != set(self.agents):
-            raise ValueError(f"{self.metadata['name']}: expected actions for {self.agents}, got {sorted(actions)}.")
-        for agent, action in actions.items():
-            if not self.action_spaces[agent].contains(action):
-                raise ValueError(
-                    f"{self.metadata['name']}: action {action!r} of {agent} is outside {self.action_spaces[agent]}."
-                )
-        a0, a1 = int(actions[AGENTS[0]]), int(actions[AGENTS[1]])
-        r0, r1 = self._payoff(a0, a1)
-        self._t += 1
-        self._new_round((a0, a1))
-        done = self._t >= self.episode_length
-        out: tuple[dict[str, np.ndarray], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]] = (
-            self._observe(),
-            {AGENTS[0]: r0, AGENTS[1]: r1},
-            dict.fromkeys(self.agents, False),
-            dict.fromkeys(self.agents, done),
-            {a: {} for a in self.agents},
+        super().__init__(
+            episode_length,
+            lambda: gymnasium.spaces.Box(0.0, 1.0, (num_features + 1,), np.float32),
+            lambda: gymnasium.spaces.Discrete(num_actions),
         )
-        if done:
-            self.agents = []
-        return out
+
+    def _start(self) -> None:
+        self._new_round(None)
+
+    def _play(self, actions: dict[str, Any]) -> tuple[float, float]:
+        a0, a1 = int(actions[AGENTS[0]]), int(actions[AGENTS[1]])
+        rewards = self._payoff(a0, a1)
+        self._new_round((a0, a1))
+        return rewards
 
     def _observe(self) -> dict[str, np.ndarray]:
         time = np.array([self._t / self.episode_length], np.float32)
@@ -177,21 +130,13 @@ class RockPaperScissors(_RepeatedTwoPlayerGame):
         return one_hot[a1], one_hot[a0]
 
 
-def _ignoring_context(game: Callable[..., ParallelEnv]) -> Callable[..., ParallelEnv]:
-    def factory(context: EnvContext, **kwargs: Any) -> ParallelEnv:
-        del context  # seeded through reset(seed=...), as gymnasium envs are
-        return game(**kwargs)
-
-    return factory
-
-
 register_multiagent(
     "multiagent/Coordination-v0",
-    _ignoring_context(CoordinationGame),
+    ignoring_context(CoordinationGame),
     "Cued two-agent coordination game, team reward 1 when both play the cue; optimum = episode_length",
 )
 register_multiagent(
     "multiagent/RockPaperScissors-v0",
-    _ignoring_context(RockPaperScissors),
+    ignoring_context(RockPaperScissors),
     "Repeated rock-paper-scissors, zero-sum; Nash value 0, always-paper vs always-rock earns episode_length",
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -75,6 +76,19 @@ def register(env_id: str, factory: Callable[..., gymnasium.Env], description: st
     _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", factory, description)
 
 
+def register_jax(env_id: str, factory: Callable[..., tuple[Any, Any]], description: str = "") -> None:
+    """Registers an environment written in JAX to gymnax's interface (``reset_env``/``step_env``
+    over ``EnvParams``, as ``gymnax.environments.environment.Environment`` subclasses have):
+    ``factory(**env_config) -> (env, env_params)``. It trains in device mode as gymnax's own
+    ids do (and on Ray workers through the same CPU wrapper)."""
+    _EXTRA[env_id] = EnvEntry(env_id, "gymnax", functools.partial(_make_user_jax, factory), description)
+
+
+def _make_user_jax(factory: Callable[..., tuple[Any, Any]], env_id: str, **kwargs: Any) -> tuple[Any, Any]:
+    del env_id  # the registry passes it to every JAX factory; the user's knows its env
+    return factory(**kwargs)
+
+
 def register_multiagent(env_id: str, factory: Callable[..., ParallelEnv], description: str = "") -> None:
     """Registers a multi-agent environment: ``factory(context: EnvContext, **kwargs) -> pettingzoo.ParallelEnv``."""
     _MULTIAGENT[env_id] = EnvEntry(env_id, "multiagent", factory, description)
@@ -108,9 +122,9 @@ def list_envs(kind: str | None = None) -> list[str]:
     """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax", "brax" or "multiagent"."""
     ids: list[str] = []
     if kind in (None, "gymnasium"):
-        ids += list(gymnasium.registry.keys()) + list(_EXTRA)
+        ids += list(gymnasium.registry.keys()) + [i for i, e in _EXTRA.items() if e.kind == "gymnasium"]
     if kind in (None, "gymnax"):
-        ids += _gymnax_ids()
+        ids += _gymnax_ids() + [i for i, e in _EXTRA.items() if e.kind == "gymnax"]
     if kind in (None, "brax"):
         ids += _brax_ids()
     if kind in (None, "multiagent"):

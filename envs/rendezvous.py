@@ -8,16 +8,15 @@ from typing import Any, ClassVar
 
 import gymnasium
 import numpy as np
-from pettingzoo import ParallelEnv
 
-from jaxflow.envs.registry import EnvContext, register_multiagent
+from jaxflow.envs.registry import register_multiagent
+from jaxflow.envs.two_agent import AGENTS, TwoAgentGame, ignoring_context
 
-AGENTS = ("agent_0", "agent_1")
 LINE_END = 1.0
 """Positions live on the segment ``[-LINE_END, LINE_END]``."""
 
 
-class Rendezvous(ParallelEnv):
+class Rendezvous(TwoAgentGame):
     """Two agents on a line must meet: each step both get the team reward ``-|x_0 - x_1|``.
 
     Each agent starts at a position drawn uniformly from ``[-1, 1]`` (from the ``reset`` seed).
@@ -51,62 +50,24 @@ class Rendezvous(ParallelEnv):
     metadata: ClassVar[dict] = {"name": "rendezvous_v0", "render_modes": []}
 
     def __init__(self, episode_length: int = 10, max_speed: float = 0.25):
-        if episode_length < 1:
-            raise ValueError(f"Rendezvous: episode_length must be >= 1, got {episode_length}")
         if not 0.0 < max_speed <= 2 * LINE_END:
-            raise ValueError(f"Rendezvous: max_speed must be in (0, {2 * LINE_END}], got {max_speed}")
-        self.episode_length, self.max_speed = episode_length, max_speed
-        self.possible_agents = list(AGENTS)
-        self.agents: list[str] = []
-        # One space object per agent for the env's life: PettingZoo seeds spaces by identity.
-        self.observation_spaces = {a: gymnasium.spaces.Box(-LINE_END, LINE_END, (3,), np.float32) for a in AGENTS}
-        self.action_spaces = {a: gymnasium.spaces.Box(-max_speed, max_speed, (1,), np.float32) for a in AGENTS}
-        self._rng = np.random.default_rng()
+            raise ValueError(f"rendezvous_v0: max_speed must be in (0, {2 * LINE_END}], got {max_speed}")
+        super().__init__(
+            episode_length,
+            lambda: gymnasium.spaces.Box(-LINE_END, LINE_END, (3,), np.float32),
+            lambda: gymnasium.spaces.Box(-max_speed, max_speed, (1,), np.float32),
+        )
+        self.max_speed = max_speed
         self._x = np.zeros(len(AGENTS))
-        self._t = 0
 
-    def observation_space(self, agent: str) -> gymnasium.spaces.Box:
-        return self.observation_spaces[agent]
-
-    def action_space(self, agent: str) -> gymnasium.spaces.Box:
-        return self.action_spaces[agent]
-
-    def reset(
-        self, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
-        del options  # the game has none
-        if seed is not None:
-            self._rng = np.random.default_rng(seed)
-        self.agents = list(self.possible_agents)
-        self._t = 0
+    def _start(self) -> None:
         self._x = self._rng.uniform(-LINE_END, LINE_END, len(AGENTS))
-        return self._observe(), {a: {} for a in self.agents}
 
-    def step(
-        self, actions: dict[str, Any]
-    ) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]]:
-        if not self.agents:
-            raise RuntimeError("Rendezvous: step() after the episode ended; call reset() first.")
-        if set(actions) != set(self.agents):
-            raise ValueError(f"Rendezvous: expected actions for {self.agents}, got {sorted(actions)}.")
-        for agent, action in actions.items():
-            if not self.action_spaces[agent].contains(np.asarray(action, np.float32)):
-                raise ValueError(f"Rendezvous: action {action!r} of {agent} is outside {self.action_spaces[agent]}.")
+    def _play(self, actions: dict[str, Any]) -> tuple[float, float]:
         velocity = np.array([np.asarray(actions[a], np.float64).item() for a in AGENTS])
         self._x = np.clip(self._x + velocity, -LINE_END, LINE_END)
-        self._t += 1
         reward = -float(abs(self._x[0] - self._x[1]))
-        done = self._t >= self.episode_length
-        out: tuple[dict[str, np.ndarray], dict[str, float], dict[str, bool], dict[str, bool], dict[str, dict]] = (
-            self._observe(),
-            dict.fromkeys(self.agents, reward),
-            dict.fromkeys(self.agents, False),
-            dict.fromkeys(self.agents, done),
-            {a: {} for a in self.agents},
-        )
-        if done:
-            self.agents = []
-        return out
+        return reward, reward
 
     def _observe(self) -> dict[str, np.ndarray]:
         time = self._t / self.episode_length
@@ -117,13 +78,8 @@ class Rendezvous(ParallelEnv):
         }
 
 
-def _rendezvous(context: EnvContext, **kwargs: Any) -> ParallelEnv:
-    del context  # seeded through reset(seed=...), as gymnasium envs are
-    return Rendezvous(**kwargs)
-
-
 register_multiagent(
     "multiagent/Rendezvous-v0",
-    _rendezvous,
+    ignoring_context(Rendezvous),
     "Two agents on a line, Box velocity actions, team reward -distance; standing still -20/3, optimum -3/8 per agent",
 )

@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax
 
 from jaxflow.api import checkpoint
+from jaxflow.api.evaluation import PeriodicEvaluation
 from jaxflow.api.program import Program, build_program, resolve_mode
 from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm, spec_of
@@ -45,6 +46,8 @@ class Algorithm:
         self.mode = resolve_mode(config, self.spec)
         self.program: Program = program or build_program(config, self.spec)
         self._results = self.program.results()
+        if config.evaluation_interval:
+            self._results = self._results.for_each(PeriodicEvaluation(self.program, config))
         self.last_result: dict[str, Any] | None = None
 
     @classmethod

@@ -10,17 +10,18 @@ from typing import Any, NamedTuple
 import gymnasium
 import jax
 
+from jaxflow import envs
 from jaxflow.api.program import CheckpointFiles
 from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
-from jaxflow.dataflow.actors import ship_by_value
+from jaxflow.dataflow.actors import jax_actor, ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
-from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.evaluation import Evaluator, evaluate_policy
 from jaxflow.rollout.normalize import Normalizer, normalizer_init
 from jaxflow.rollout.postprocess import example_train_batch
 from jaxflow.rollout.worker import WorkerSpec
@@ -72,6 +73,9 @@ class RayProgram:
         obs_space, _ = env_spaces(config, spec)
         self.workers.normalizer = normalizer_init(config, tuple(obs_space.shape or ()))
         self.normalizes = self.workers.normalizer is not None
+        self._evaluator: Any = None  # evaluation during training's actor
+        if config.evaluation_interval:  # started now: its process starts up beside the workers'
+            self._evaluator = jax_actor(Evaluator, num_cpus=0).remote(config, self.policy, envs.custom_entry(config.env))
         if self.normalizes:  # the workers' statistics merged once per training iteration
             self._results = self._results.for_each(self._sync_normalizers)
 
@@ -114,10 +118,20 @@ class RayProgram:
         weights = self.learner.get_weights()
         return evaluate_policy(self.config, self.policy, weights, episodes, seed, self.workers.normalizer)
 
+    def evaluate_async(self, episodes: int, seed: int) -> concurrent.futures.Future:
+        """:meth:`evaluate` with the learner's current weights, in an actor of its own
+        while training goes on (with ``evaluation_interval`` set)."""
+        weights = self.learner.get_weights()
+        return self._evaluator.evaluate.remote(weights, episodes, seed, self.workers.normalizer).future()
+
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits
         for the threads to end."""
         stop_run(self._results, [self.learner], self.workers, self.replay)
+        if self._evaluator is not None:
+            import ray
+
+            ray.kill(self._evaluator)
 
 
 def stop_run(results: LocalIterator[Any], learners: list[Learner], workers: WorkerSet, replay: Any) -> None:

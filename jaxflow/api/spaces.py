@@ -16,8 +16,12 @@ from jaxflow.policies.distributions import distribution_for
 def env_spaces(config: Any, spec: AlgorithmSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
     """The observation and action spaces of ``config.env`` (checked by :func:`check_spaces`)."""
     try:
+        envs.check_env_config(config.env, config.env_config)
         env = envs.make_cpu(config.env, **config.env_config)
-    except envs.BraxConfigError as e:  # a bad backend or episode_length: one line, exit status 2 in the CLI
+    except (
+        envs.BraxConfigError,
+        envs.EnvOptionError,
+    ) as e:  # a bad backend or episode_length: one line, exit status 2 in the CLI
         raise ConfigError(str(e)) from None
     spaces = env.observation_space, env.action_space
     env.close()

@@ -49,6 +49,12 @@ class CommonConfig(StrictKeywords):
     """episode_return_mean averages this many most recent episodes."""
     min_env_steps_per_iteration: int = param(0, NON_NEGATIVE)
     """A training iteration lasts at least this many sampled env steps."""
+    evaluation_interval: int = param(0, NON_NEGATIVE)
+    """Every this many training iterations the greedy policy plays ``evaluation_episodes``
+    episodes on environments of its own, apart from training's counters (0: never); results
+    under ``evaluation``. In Ray mode it runs in its own actor while training goes on."""
+    evaluation_episodes: int = param(10, POSITIVE)
+    """Episodes per evaluation."""
     mode: Literal["auto", "ray", "device"] = "auto"
     """Ray rollout workers, or rollout and update compiled together on the device (gymnax and
     brax envs only); "auto" picks device mode for such an env when the algorithm has one."""

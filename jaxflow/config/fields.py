@@ -67,6 +67,13 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
+def _tuple_hint(tp: Any) -> bool:
+    """Whether ``tp`` is a tuple type, or an optional one."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_tuple_hint(t) for t in typing.get_args(tp))
+    return typing.get_origin(tp) is tuple or tp is tuple
+
+
 def _type_ok(value: Any, tp: Any) -> bool:
     origin = typing.get_origin(tp)
     if tp is Any:
@@ -105,6 +112,11 @@ def validate(config: Any) -> None:
     hints = _hints(type(config))
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
+        if isinstance(value, list) and _tuple_hint(hints[f.name]):
+            # A list where a tuple is meant (hidden_sizes=[64, 64]): stored as the tuple, so
+            # the config stays hashable and compares equal to one built with a tuple.
+            value = tuple(value)
+            object.__setattr__(config, f.name, value)
         if not _type_ok(value, hints[f.name]):
             raise ConfigError(f"{name}.{f.name} must be {_type_name(hints[f.name])}, got {value!r}.")
         if isinstance(value, float) and not math.isfinite(value):

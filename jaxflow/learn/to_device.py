@@ -88,7 +88,11 @@ def ToDevice(
     stats = {"bytes": 0, "transfers": 0, "batches": 0, "wait_s": 0.0}
     transfer = functools.partial(_transfer, learner, to_host, stats)
     feeder: Producer[list[DeviceBatch]] = Producer(
-        lambda: map(transfer, _groups(batches, num_stack)), prefetch + 1, "to-device", batches._shared.stopped.is_set
+        lambda: map(transfer, _groups(batches, num_stack)),
+        prefetch + 1,
+        "to-device",
+        # Looked up at each check, not bound now: Concurrently swaps in its shared stop event later.
+        lambda: batches._shared.stopped.is_set(),
     )
 
     def gen() -> Iterator[DeviceBatch]:

@@ -96,3 +96,21 @@ def evaluate_policies(
         pid: float(np.mean([per_agent[i] for i, a in enumerate(env.agents) if mapping[a] == pid])) for pid in policies
     }
     return summarize_returns(per_agent.sum(axis=0), policies=by_policy)
+
+
+class Evaluator:
+    """Greedy evaluation in a process of its own (a Ray actor), so that training goes on
+    while it plays.
+
+    Example:
+        >>> actor = jax_actor(Evaluator, num_cpus=0).remote(config, policy, None)   # doctest: +SKIP
+        >>> ray.get(actor.evaluate.remote(params, 10, seed, None))["return_mean"]  # doctest: +SKIP
+    """
+
+    def __init__(self, config: Any, policy: Policy, env_entry: Any = None):
+        if env_entry is not None:  # an env registered in the driver only
+            envs.adopt(env_entry)
+        self.config, self.policy = config, policy
+
+    def evaluate(self, params: Any, episodes: int, seed: int, normalizer: Normalizer | None) -> dict[str, Any]:
+        return evaluate_policy(self.config, self.policy, params, episodes, seed, normalizer)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import jax
 import numpy as np
 
@@ -64,6 +66,10 @@ def test_apex_ddpg_runs_its_three_subflows(ray_local):
         stats = algo.replay.stats()
     finally:
         algo.stop()
+    # stop() ends the plan's threads, the to-device feeder among them (it once missed the stop
+    # signal Concurrently swaps in, and every Ape-X run waited out the 30 s join timeout).
+    assert algo.program.results().join(timeout_s=0)
+    assert not [t.name for t in threading.enumerate() if t.name == "to-device" and t.is_alive()]
     last = results[-1]
     assert last["num_updates"] > 0 and last["env_steps_trained"] == 128 * last["num_updates"]
     assert algo.learner.version >= 2 * last["num_updates"]

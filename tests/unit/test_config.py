@@ -304,3 +304,11 @@ def test_a_sweep_over_a_non_float_field_fails():
 def test_infinite_and_nan_values_are_refused_where_a_number_is_meant(field, value):
     with pytest.raises(ConfigError, match=rf"PPOConfig.{field} must be a finite number, got {value!r}"):
         make_config(PPOConfig, **{field: value})
+
+
+def test_a_list_is_taken_where_a_tuple_is_meant():
+    cfg = make_config(PPOConfig, hidden_sizes=[32, 16])
+    assert cfg.hidden_sizes == (32, 16) and type(cfg.hidden_sizes) is tuple
+    assert cfg == make_config(PPOConfig, hidden_sizes=(32, 16)) and hash(cfg.hidden_sizes) == hash((32, 16))
+    with pytest.raises(ConfigError, match=r"hidden_sizes must be tuple"):
+        make_config(PPOConfig, hidden_sizes=["wide"])
