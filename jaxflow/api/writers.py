@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,12 +64,16 @@ class TensorBoardWriter:
     ``purge_step``: a run resumed from a checkpoint writes again from this step on, so
     TensorBoard discards the events an earlier writer left at this step and after
     (its ``SessionLog.START`` event), and each step keeps one value.
+
+    The file name ends in the creation time in nanoseconds: tensorboardX names files by the
+    second, so a writer opened within the second of the last one (a quick resume) would erase
+    its file; TensorBoard reads a directory's files in name order, which this keeps.
     """
 
     def __init__(self, logdir: str, purge_step: int | None = None):
         from tensorboardX import SummaryWriter
 
-        self._w = SummaryWriter(logdir, purge_step=purge_step)
+        self._w = SummaryWriter(logdir, purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
 
     def write(self, result: Mapping[str, Any]) -> None:
         step = tensorboard_step(result)
