@@ -21,7 +21,9 @@ MODES = ("auto", "ray", "device")
 
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="jaxflow", description="Accelerator-first reinforcement learning.")
-    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also accepted after the command)")
+    p.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (also accepted after the command)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train an algorithm (or resume a run)")

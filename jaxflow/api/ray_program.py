@@ -75,7 +75,9 @@ class RayProgram:
         self.normalizes = self.workers.normalizer is not None
         self._evaluator: Any = None  # evaluation during training's actor
         if config.evaluation_interval:  # started now: its process starts up beside the workers'
-            self._evaluator = jax_actor(Evaluator, num_cpus=0).remote(config, self.policy, envs.custom_entry(config.env))
+            self._evaluator = jax_actor(Evaluator, num_cpus=0).remote(
+                config, self.policy, envs.custom_entry(config.env)
+            )
         if self.normalizes:  # the workers' statistics merged once per training iteration
             self._results = self._results.for_each(self._sync_normalizers)
 
