@@ -154,12 +154,15 @@ def make_atari(env_id: str, context: EnvContext | None = None, **env_config: Any
     if ale_py is None:  # pragma: no cover
         raise gymnasium.error.DependencyNotInstalled("Atari environments need ale-py: pip install ale-py")
     gymnasium.register_envs(ale_py)
+    env_config = dict(env_config)
+    render_mode = env_config.pop("render_mode", None)  # how the game shows itself, not its preprocessing
     config = AtariConfig.from_kwargs(env_id, env_config)
     # Any values: ``**ale_kwargs`` must also fit make()'s own keyword parameters.
     ale_kwargs: dict[str, Any] = dict(
         repeat_action_probability=config.repeat_action_probability,
         full_action_space=config.full_action_space,
         max_num_frames_per_episode=config.max_num_frames_per_episode,
+        **({"render_mode": render_mode} if render_mode else {}),
     )
     if not config.preprocess:
         return gymnasium.make(env_id, **ale_kwargs)

@@ -2,7 +2,7 @@
 and the command line."""
 
 from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
-from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, restore_state, save
+from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, restore_state, save, verify
 from jaxflow.api.cli import MODES, main
 from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
 from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program
@@ -16,6 +16,7 @@ from jaxflow.api.registry import (
     register_algorithm,
     spec_of,
 )
+from jaxflow.api.restore import plan_restore, state_template
 from jaxflow.api.spaces import check_observation_space, check_spaces, env_spaces
 from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
@@ -53,6 +54,7 @@ __all__ = [
     "main",
     "multiagent_algorithms",
     "parse_stop",
+    "plan_restore",
     "register_algorithm",
     "resolve_mode",
     "restore_state",
@@ -60,5 +62,7 @@ __all__ = [
     "should_stop",
     "spec_of",
     "standard_program",
+    "state_template",
     "train",
+    "verify",
 ]

@@ -9,7 +9,6 @@ Algorithms register an :class:`~jaxflow.api.spec.AlgorithmSpec`; jaxflow finds t
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import flax.linen as nn
@@ -18,16 +17,16 @@ import jax
 from jaxflow.api import checkpoint
 from jaxflow.api.evaluation import PeriodicEvaluation
 from jaxflow.api.program import Program, build_program, resolve_mode
-from jaxflow.api.ray_program import NormalizedState, build_learner
+from jaxflow.api.ray_program import NormalizedState
 from jaxflow.api.registry import get_algorithm, spec_of
-from jaxflow.api.spaces import env_spaces
+from jaxflow.api.restore import RestorePlan, plan_restore
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.names import make_config, replace_config
-from jaxflow.config.parsing import from_json_dict, to_json_dict
+from jaxflow.config.parsing import to_json_dict
 from jaxflow.networks.models import describe_module
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
-from jaxflow.rollout.normalize import Normalizer, normalizer_init
+from jaxflow.rollout.normalize import Normalizer
 
 
 class Algorithm:
@@ -111,22 +110,32 @@ class Algorithm:
 
     @classmethod
     def restore(cls, path: str, **overrides: Any) -> Algorithm:
-        """Rebuilds the run saved at ``path`` (a checkpoint or a directory of them).
+        """Rebuilds the run saved at ``path``: that checkpoint, or the newest one under a
+        directory of them that verifies (see :func:`~jaxflow.api.restore.plan_restore`).
 
         ``overrides`` may change fields that do not change the learner's state,
-        e.g. ``num_workers`` (flat or dotted names).
+        e.g. ``num_workers`` (flat or dotted names); others are refused before anything starts.
         """
-        ckpt, meta = find_checkpoint(path)
-        spec = get_algorithm(meta["algorithm"])
-        config = from_json_dict(spec.config_cls, meta["config"])
-        algo = cls(replace_config(config, **overrides) if overrides else config, spec)
-        algo.load(ckpt)
+        return cls.from_plan(plan_restore(path, overrides))
+
+    @classmethod
+    def from_plan(cls, plan: RestorePlan) -> Algorithm:
+        """Starts the run a :func:`~jaxflow.api.restore.plan_restore` verified and loads it."""
+        program = plan.template.program if plan.template is not None else None
+        algo = cls(plan.config, plan.spec, program)
+        algo._load_verified(plan.path, plan.meta)
         return algo
 
     def load(self, path: str) -> None:
-        """Loads the program's state, the counters and any checkpointed files into this run."""
-        ckpt, meta = find_checkpoint(path)
-        self.program.set_state(checkpoint.restore_state(ckpt, self.program.get_state()))
+        """Loads the program's state, the counters and any checkpointed files into this run,
+        from checkpoint ``path`` or the newest one under it that verifies and fits."""
+        found = checkpoint.search(path, lambda ckpt, _: checkpoint.check_shapes(ckpt, self.program.get_state()))
+        self._load_verified(found.path, found.meta)
+
+    def _load_verified(self, ckpt: str, meta: dict[str, Any]) -> None:
+        template = self.program.get_state()
+        checkpoint.check_shapes(ckpt, template)  # a program of its own is checked only here, once started
+        self.program.set_state(checkpoint.restore_state(ckpt, template))
         self.context.load_state(meta["context"])
         if self.program.files is not None:
             self.program.files.load(ckpt)
@@ -142,29 +151,22 @@ class Algorithm:
 
 
 def find_checkpoint(path: str) -> tuple[str, dict[str, Any]]:
-    """The latest complete checkpoint at or under ``path`` and its metadata."""
-    ckpt = checkpoint.latest(path)
-    if ckpt is None:
-        raise checkpoint.CheckpointError(f"No complete checkpoint under {os.path.abspath(path)!r}.")
-    return ckpt, checkpoint.load_meta(ckpt)
+    """The checkpoint ``path`` names, or the newest one under it that verifies, and its metadata."""
+    found = checkpoint.search(path)
+    return found.path, found.meta
 
 
 def load_policy(path: str) -> tuple[Any, Policy, Any, Normalizer | None]:
     """``(config, policy, params, normalizer)`` of a checkpoint of a standard program, without
     starting Ray; ``normalizer`` holds the run's observation statistics where it normalized them."""
-    from jaxflow.ondevice.program import DeviceProgram
-
-    ckpt, meta = find_checkpoint(path)
-    spec = get_algorithm(meta["algorithm"])
-    config = from_json_dict(spec.config_cls, meta["config"])
-    if resolve_mode(config, spec) == "device":
-        program = DeviceProgram(config, spec)
-        program.set_state(checkpoint.restore_state(ckpt, program.get_state()))
-        return config, program.policy, program.get_weights(), program.get_normalizer()
-    policy, learner = build_learner(config, spec)
-    stats = normalizer_init(config, tuple(env_spaces(config, spec)[0].shape or ()))
-    if stats is None:
-        state = checkpoint.restore_state(ckpt, learner.get_state())
-        return config, policy, jax.device_get(state.params), None
-    state, stats = checkpoint.restore_state(ckpt, NormalizedState(learner.get_state(), stats))
-    return config, policy, jax.device_get(state.params), stats
+    plan = plan_restore(path)
+    if plan.template is None:
+        raise checkpoint.fail(plan.path, f"{plan.spec.name} runs a program of its own: load it with Algorithm.restore")
+    state = checkpoint.restore_state(plan.path, plan.template.state)
+    if plan.template.program is not None:
+        program = plan.template.program
+        program.set_state(state)
+        return plan.config, program.policy, program.get_weights(), program.get_normalizer()
+    if isinstance(state, NormalizedState):
+        return plan.config, plan.template.policy, jax.device_get(state.learner.params), state.normalizer
+    return plan.config, plan.template.policy, jax.device_get(state.params), None

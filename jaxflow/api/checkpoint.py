@@ -1,33 +1,62 @@
 """Checkpoints: learner state with orbax, config and counters as JSON, never pickled classes.
 
-A checkpoint is a directory ``checkpoint_<iteration>/`` holding ``state/`` (orbax)
-and ``meta.json`` (format version, algorithm, config, counters). It is written
-under a temporary name and renamed when complete, so an interrupted write leaves
-the previous checkpoint as the latest loadable one.
+A checkpoint is a directory ``checkpoint_<iteration>/`` holding ``state/`` (orbax),
+``meta.json`` (format version, algorithm, config, counters), any files of the program
+(replay contents) and, written last, ``manifest.json``: every other file's size and SHA-256.
+It is written under a temporary name and renamed when complete; an existing checkpoint of
+the same iteration is renamed aside first and deleted last, so a write interrupted at any
+point leaves a loadable checkpoint. :func:`verify` reads a checkpoint without trusting it
+(nothing is unpickled, nothing restored) and :func:`search` picks the newest one that
+verifies, reporting those it skips.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-FORMAT_VERSION = 1
+from jaxflow.api import manifest
+from jaxflow.api.registry import get_algorithm
+from jaxflow.config.fields import ConfigError
+from jaxflow.config.parsing import from_json_dict
 
+FORMAT_VERSION = 2
+UNSEALED_FORMAT = 1  # written before manifests: loads, unverified
+META = "meta.json"
+# meta.json's keys and their JSON types (bool is not an int here).
+META_KEYS: dict[str, type] = {
+    "format_version": int,
+    "iteration": int,
+    "algorithm": str,
+    "config": dict,
+    "context": dict,
+}
+SHOWN_MISMATCHES = 3  # differing arrays named in a shape/dtype error
 
 _NAME = re.compile(r"^checkpoint_(\d+)$")
+_ASIDE = re.compile(r"^\.old-checkpoint_(\d+)-[0-9a-f]+$")
+
+log = logging.getLogger(__name__)
 
 
-class CheckpointError(RuntimeError):
-    """No loadable checkpoint, or one written by an incompatible version."""
+class CheckpointError(ConfigError):
+    """A checkpoint that does not verify or load, or no loadable checkpoint: one line naming
+    the checkpoint and what is wrong (a ``ConfigError``, so the CLI exits with status 2)."""
+
+
+def fail(path: str, what: str) -> CheckpointError:
+    """The one-line error for checkpoint ``path``."""
+    return CheckpointError(f"checkpoint {path}: {' '.join(what.split())}")
 
 
 def check_finite(state: Any) -> None:
@@ -52,55 +81,208 @@ def save(
     """Writes ``state`` (a pytree of arrays) and ``meta`` atomically; returns the checkpoint path.
 
     ``write_extra(path)`` may add files (e.g. replay contents) to the checkpoint before
-    it is renamed into place, so they are part of the same all-or-nothing write.
+    it is sealed and renamed into place, so they are part of the same all-or-nothing write.
     """
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
-    final = os.path.join(directory, f"checkpoint_{iteration:06d}")
-    tmp = os.path.join(directory, f".tmp-checkpoint_{iteration:06d}-{uuid.uuid4().hex[:8]}")
+    name = f"checkpoint_{iteration:06d}"
+    final = os.path.join(directory, name)
+    tmp = os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
     try:
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(os.path.join(tmp, "state"), jax.device_get(state))
         if write_extra is not None:
             write_extra(tmp)
         _write_meta(tmp, dict(meta, format_version=FORMAT_VERSION, iteration=iteration))
-        if os.path.exists(final):
-            shutil.rmtree(final)
-        os.rename(tmp, final)
+        manifest.write_manifest(tmp)
+        _replace(tmp, final, os.path.join(directory, f".old-{name}-{uuid.uuid4().hex[:8]}"))
+        for stale in candidates(directory):  # older copies of this iteration, left by writes killed mid-replace
+            if os.path.basename(stale).startswith(f".old-{name}-"):
+                shutil.rmtree(stale, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
+def _replace(tmp: str, final: str, aside: str) -> None:
+    """Moves ``tmp`` to ``final``; an old ``final`` is renamed to ``aside`` first and deleted
+    last, so at every moment one complete copy is found by :func:`candidates`."""
+    if not os.path.exists(final):
+        os.rename(tmp, final)
+        return
+    os.rename(final, aside)
+    os.rename(tmp, final)
+    shutil.rmtree(aside)
+
+
 def _write_meta(path: str, meta: Mapping[str, Any]) -> None:
-    with open(os.path.join(path, "meta.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(path, META), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
 
 
-def latest(directory: str) -> str | None:
-    """The complete checkpoint with the highest iteration under ``directory`` (or ``directory``
-    itself if it is one); temporary leftovers of interrupted writes are ignored."""
-    directory = os.path.abspath(directory)
-    if os.path.exists(os.path.join(directory, "meta.json")):
-        return directory
-    if not os.path.isdir(directory):
-        return None
-    found = [
-        (int(m.group(1)), name)
-        for name in os.listdir(directory)
-        if (m := _NAME.match(name)) and os.path.exists(os.path.join(directory, name, "meta.json"))
-    ]
-    return os.path.join(directory, max(found)[1]) if found else None
-
-
 def load_meta(path: str) -> dict[str, Any]:
-    with open(os.path.join(path, "meta.json"), encoding="utf-8") as f:
-        meta = json.load(f)
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(
-            f"{path} has checkpoint format {meta.get('format_version')}; this jaxflow reads format {FORMAT_VERSION}."
+    """``meta.json`` of checkpoint ``path``, its keys and types checked, its format one this
+    jaxflow reads; raises :class:`CheckpointError` otherwise."""
+    try:
+        with open(os.path.join(path, META), encoding="utf-8") as f:
+            meta = json.load(f)
+    except FileNotFoundError as e:
+        raise fail(path, f"no {META}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise fail(path, f"{META} is not valid JSON ({e})") from e
+    if not isinstance(meta, dict):
+        raise fail(path, f"{META} is a JSON {_json_type(meta)}, not an object")
+    version = meta.get("format_version")
+    if type(version) is not int or version not in (UNSEALED_FORMAT, FORMAT_VERSION):
+        raise fail(
+            path,
+            f"has checkpoint format {version!r}; this jaxflow reads formats {UNSEALED_FORMAT} and {FORMAT_VERSION}",
         )
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise fail(path, f"{META} lacks {missing}")
+    wrong = [
+        f"{k} is {_json_type(meta[k])}, not {_json_type(t())}" for k, t in META_KEYS.items() if type(meta[k]) is not t
+    ]
+    if wrong:
+        raise fail(path, f"{META}: {'; '.join(wrong)}")
     return meta
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed JSON value's type."""
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def verify(path: str) -> dict[str, Any]:
+    """Checks checkpoint ``path`` without unpickling or restoring anything and returns its meta:
+    files against the manifest, ``meta.json``, the algorithm and its config, ``state/``, and
+    numpy files for object arrays. Raises :class:`CheckpointError` (one line) otherwise."""
+    path = os.path.abspath(path)
+    if not os.path.isdir(path):
+        raise fail(path, "not a directory")
+    meta = load_meta(path)
+    try:
+        if meta["format_version"] != UNSEALED_FORMAT:
+            manifest.check_manifest(path)
+        manifest.check_numpy_headers(path)
+    except manifest.ManifestError as e:
+        raise fail(path, str(e)) from e
+    if not os.path.isdir(os.path.join(path, "state")):
+        raise fail(path, "no state/ directory")
+    try:
+        spec = get_algorithm(meta["algorithm"])
+    except ConfigError as e:
+        raise fail(path, f"{META}: {e}") from e
+    try:
+        from_json_dict(spec.config_cls, meta["config"])
+    except (ConfigError, TypeError) as e:
+        raise fail(path, f"{META}: its {spec.name} config does not parse: {e}") from e
+    if meta["format_version"] == UNSEALED_FORMAT:  # warned only once it loads: a refusal is one line
+        log.warning("checkpoint %s has format %d, without a manifest: its files are unverified", path, UNSEALED_FORMAT)
+    return meta
+
+
+def is_checkpoint(path: str) -> bool:
+    """Whether ``path`` names one checkpoint (complete or not) rather than a directory of them."""
+    return bool(_NAME.match(os.path.basename(os.path.abspath(path)))) or any(
+        os.path.exists(os.path.join(path, f)) for f in (META, manifest.MANIFEST, "state")
+    )
+
+
+def candidates(directory: str) -> list[str]:
+    """The checkpoints under ``directory``, newest first: ``checkpoint_<N>``, then any copy
+    renamed aside while it was being replaced (:func:`save`); ``.tmp-*`` leftovers are ignored."""
+    names = os.listdir(directory) if os.path.isdir(directory) else []
+    found = [(int(m.group(1)), 1, n) for n in names if (m := _NAME.match(n))]
+    found += [(int(m.group(1)), 0, n) for n in names if (m := _ASIDE.match(n))]
+    return [os.path.join(directory, n) for *_, n in sorted(found, reverse=True)]
+
+
+def iteration_of(path: str) -> int:
+    """The iteration of checkpoint ``path``: from its name, or its ``meta.json``."""
+    m = _NAME.match(os.path.basename(path)) or _ASIDE.match(os.path.basename(path))
+    return int(m.group(1)) if m else int(load_meta(path)["iteration"])
+
+
+class Found(NamedTuple):
+    path: str
+    meta: dict[str, Any]
+    skipped: list[tuple[str, str]]  # (checkpoint, why) of newer ones that did not verify
+
+
+def search(path: str, check: Callable[[str, dict[str, Any]], Any] | None = None) -> Found:
+    """The checkpoint ``path`` names, verified; or the newest checkpoint under ``path`` that
+    verifies (and passes ``check(path, meta)``), each newer one it skipped logged as a warning.
+    Raises :class:`CheckpointError` when there is none, with why each one failed."""
+    path = os.path.abspath(path)
+    if is_checkpoint(path):
+        return Found(path, _checked(path, check), [])
+    skipped: list[tuple[str, str]] = []
+    for ckpt in candidates(path):
+        try:
+            meta = _checked(ckpt, check)
+        except CheckpointError as e:
+            skipped.append((ckpt, str(e)))
+            continue
+        for _, why in skipped:  # when none verifies, the error alone says why: one line
+            log.warning("skipped %s", why)
+        return Found(ckpt, meta, skipped)
+    if not skipped:
+        raise CheckpointError(f"No checkpoint under {path}.")
+    raise CheckpointError(f"No checkpoint under {path} verifies: {'; '.join(why for _, why in skipped)}")
+
+
+def _checked(path: str, check: Callable[[str, dict[str, Any]], Any] | None) -> dict[str, Any]:
+    meta = verify(path)
+    if check is not None:
+        check(path, meta)
+    return meta
+
+
+def latest(directory: str) -> str | None:
+    """The newest checkpoint at or under ``directory`` that verifies, or None where there is
+    no checkpoint; :class:`CheckpointError` where there are some and none verifies."""
+    directory = os.path.abspath(directory)
+    if not is_checkpoint(directory) and not candidates(directory):
+        return None
+    return search(directory).path
+
+
+def _arrays(tree: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    flat = ocp.tree.to_flat_dict(tree)
+    return {
+        "/".join(map(str, k)): (tuple(v.shape), np.dtype(v.dtype))
+        for k, v in flat.items()
+        if hasattr(v, "shape") and hasattr(v, "dtype")
+    }
+
+
+def check_shapes(path: str, template: Any) -> None:
+    """Raises :class:`CheckpointError` unless the arrays orbax saved under ``path`` have the
+    tree, shapes and dtypes of ``template``; reads orbax's metadata only."""
+    try:
+        with ocp.StandardCheckpointer() as ckptr:
+            item = ckptr.metadata(os.path.join(path, "state")).item_metadata
+    except Exception as e:  # orbax raises many kinds on a damaged directory: all mean "unreadable"
+        raise fail(path, f"orbax cannot read the metadata of state/ ({type(e).__name__}: {e})") from e
+    if item is None:  # orbax logs why and returns nothing
+        raise fail(path, "orbax cannot read the metadata of state/ (state/_METADATA is missing or damaged)")
+    saved = _arrays(item.tree)
+    expected = _arrays(ocp.tree.serialize_tree(jax.device_get(template), keep_empty_nodes=True))
+    diffs = [
+        f"{k}: saved {_show(saved.get(k))}, expected {_show(expected.get(k))}"
+        for k in sorted(set(saved) | set(expected))
+        if saved.get(k) != expected.get(k)
+    ]
+    if diffs:
+        more = f" (and {len(diffs) - SHOWN_MISMATCHES} more)" if len(diffs) > SHOWN_MISMATCHES else ""
+        raise fail(path, f"state does not fit this config: {'; '.join(diffs[:SHOWN_MISMATCHES])}{more}")
+
+
+def _show(entry: tuple[tuple[int, ...], np.dtype] | None) -> str:
+    return "nothing" if entry is None else f"{entry[1]}{list(entry[0])}"
 
 
 def restore_state(path: str, template: Any) -> Any:

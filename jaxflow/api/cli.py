@@ -13,8 +13,7 @@ from typing import Any
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.user_errors import Parser, check_evaluate, check_train, int_at_least, one_line, user_errors
 from jaxflow.config.fields import ConfigError
-from jaxflow.config.names import replace_config
-from jaxflow.config.parsing import from_json_dict, load_config_file, parse_value, with_overrides
+from jaxflow.config.parsing import load_config_file, with_overrides
 
 MODES = ("auto", "ray", "device")
 
@@ -122,7 +121,6 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from jaxflow.api import checkpoint
     from jaxflow.api.algorithm import Algorithm
     from jaxflow.api.loop import parse_stop, train
     from jaxflow.api.program import resolve_mode
@@ -132,19 +130,18 @@ def _train(args: argparse.Namespace) -> int:
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
     if args.resume:
-        logdir = args.resume
-        latest = checkpoint.latest(logdir)
-        if latest is None:
-            raise ConfigError(f"--resume {logdir!r}: no complete checkpoint there.")
-        meta = checkpoint.load_meta(latest)
-        spec = get_algorithm(meta["algorithm"])
-        overrides = {k: parse_value(spec.config_cls, k, v) for k, v in _overrides(args).items()}
-        config = replace_config(from_json_dict(spec.config_cls, meta["config"]), **overrides)
+        from jaxflow.api.restore import plan_restore, run_directory
+
+        plan = plan_restore(args.resume, _overrides(args), from_strings=True)  # verified before Ray starts
+        logdir = run_directory(args.resume)  # a checkpoint's folder continues the run it belongs to
+        for _, why in plan.skipped:
+            print(f"jaxflow: skipped {why}", flush=True)
+        spec, config = plan.spec, plan.config
         mode = resolve_mode(config, spec)
-        print(f"jaxflow: resuming {spec.name} from {latest}, {_describe(config, mode)}", flush=True)
+        print(f"jaxflow: resuming {spec.name} from {plan.path}, {_describe(config, mode)}", flush=True)
         if mode == "ray":
             init_ray(args.address)
-        algo = Algorithm.restore(logdir, **overrides)
+        algo = Algorithm.from_plan(plan)
     else:
         if args.multiagent:
             spec = get_algorithm("MULTIAGENT")

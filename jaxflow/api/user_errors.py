@@ -88,13 +88,12 @@ def check_evaluate(args: argparse.Namespace) -> None:
 def user_errors() -> tuple[type[Exception], ...]:
     """The errors a user causes, each reported as one line ``jaxflow: error: ...`` with exit
     status 2: invalid input (:class:`ConfigError`, which config files, ``--set``, ``--stop``,
-    run directories and argparse raise; a missing or unloadable checkpoint, ``CheckpointError``),
-    an unknown environment id or one of another kind, and a Ray cluster that cannot be reached.
-    Anything else is jaxflow's own fault and keeps its traceback."""
+    run directories, argparse and checkpoints that cannot be restored, ``CheckpointError``,
+    raise), an unknown environment id or one of another kind, and a Ray cluster that cannot be
+    reached. Anything else is jaxflow's own fault and keeps its traceback."""
     from jaxflow import envs
-    from jaxflow.api.checkpoint import CheckpointError
 
-    return (ConfigError, CheckpointError, envs.UnknownEnvError, envs.EnvKindError, ConnectionError)
+    return (ConfigError, envs.UnknownEnvError, envs.EnvKindError, ConnectionError)
 
 
 def one_line(error: BaseException) -> str:

@@ -3,6 +3,7 @@ agents) plays its greedy actions for a number of episodes, and one summary of th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from jaxflow import envs
 from jaxflow.config.constants import EVALUATION_SEED_OFFSET
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.normalize import Normalizer, normalize_observations
+from jaxflow.rollout.video import DEFAULT_FPS, EpisodeVideo, video_env
 
 
 def evaluation_seed(config: Any, seed: int | None) -> int:
@@ -39,18 +41,30 @@ def evaluate_policy(
     episodes: int,
     seed: int | None = None,
     normalizer: Normalizer | None = None,
+    video_dir: str | None = None,
 ) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
     of ``config.env``, stepped on the host; observations normalized with ``normalizer``'s
     statistics (fixed: evaluation counts nothing) where the run normalizes them. Returns are
-    the environment's own rewards, never scaled."""
+    the environment's own rewards, never scaled. With ``video_dir``, each episode is also
+    written there as ``episode_<k>.mp4`` (listed under ``videos``)."""
     stats = None if normalizer is None else normalizer.obs
     seed = evaluation_seed(config, seed)
-    env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
+    env = (
+        video_env(config, seed)
+        if video_dir
+        else envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
+    )
     act = jax.jit(policy.greedy)
-    returns, lengths = [], []
+    returns, lengths, videos = [], [], []
     for e in range(episodes):
         obs, _ = env.reset(seed=seed + e)
+        video = None
+        if video_dir:
+            video = EpisodeVideo(
+                os.path.join(video_dir, f"episode_{e:03d}.mp4"), env.metadata.get("render_fps", DEFAULT_FPS)
+            )
+            video.add(env.render())
         done, total, n = False, 0.0, 0
         while not done:
             x = np.asarray(obs, np.float32)[None]
@@ -59,10 +73,15 @@ def evaluate_policy(
             action = action.item() if action.ndim == 0 else action
             obs, r, terminated, truncated, _ = env.step(action)
             total, n, done = total + float(r), n + 1, terminated or truncated
+            if video is not None:
+                video.add(env.render())
+        if video is not None:
+            video.close()
+            videos.append(video.path)
         returns.append(total)
         lengths.append(n)
     env.close()
-    return summarize_returns(returns, lengths=lengths)
+    return summarize_returns(returns, lengths=lengths, **({"videos": videos} if video_dir else {}))
 
 
 def evaluate_policies(

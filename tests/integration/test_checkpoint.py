@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from jaxflow import Algorithm
-from jaxflow.api import checkpoint
+from jaxflow.api import checkpoint, cli
+from jaxflow.api.restore import run_directory
 
 SMALL = dict(num_envs_per_worker=4, rollout_fragment_length=32, train_batch_size=256, num_workers=2, seed=3)
 
@@ -20,7 +21,8 @@ SMALL = dict(num_envs_per_worker=4, rollout_fragment_length=32, train_batch_size
 # the learner state and the counters with what the saving process wrote down.
 COMPARE = r"""
 import json, sys, numpy as np, jax
-from jaxflow.api import checkpoint
+from jaxflow.api import checkpoint, cli
+from jaxflow.api.restore import run_directory
 from jaxflow.api.ray_program import build_learner
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config import from_json_dict
@@ -98,20 +100,22 @@ def test_cli_resume_continues_the_run(ray_local, tmp_path):
 
 def test_interrupted_write_leaves_previous_checkpoint(tmp_path, monkeypatch):
     state = {"w": np.arange(4, dtype=np.float32)}
-    first = checkpoint.save(str(tmp_path), 1, state, {"context": {}})
+    meta = {"algorithm": "DQN", "config": {}, "context": {}}
+    first = checkpoint.save(str(tmp_path), 1, state, meta)
 
     def fail(*args, **kwargs):
         raise KeyboardInterrupt("interrupted mid-write")
 
     monkeypatch.setattr(checkpoint, "_write_meta", fail)
     with pytest.raises(KeyboardInterrupt):
-        checkpoint.save(str(tmp_path), 2, {"w": np.ones(4, np.float32)}, {"context": {}})
+        checkpoint.save(str(tmp_path), 2, {"w": np.ones(4, np.float32)}, meta)
     # A process killed mid-write leaves its temporary directory behind; it must be ignored too.
     os.makedirs(tmp_path / ".tmp-checkpoint_000003-deadbeef" / "state")
     assert checkpoint.latest(str(tmp_path)) == first
     restored = checkpoint.restore_state(first, state)
     np.testing.assert_array_equal(restored["w"], state["w"])
     assert sorted(os.listdir(tmp_path)) == [".tmp-checkpoint_000003-deadbeef", "checkpoint_000001"]
+    assert sorted(os.listdir(first)) == ["manifest.json", "meta.json", "state"]
 
 
 def test_checkpoint_format_version_is_checked(tmp_path):
@@ -121,3 +125,34 @@ def test_checkpoint_format_version_is_checked(tmp_path):
     json.dump(meta, open(os.path.join(path, "meta.json"), "w"))
     with pytest.raises(checkpoint.CheckpointError, match="format 999"):
         checkpoint.load_meta(path)
+
+
+GYMNAX = ["--algo", "PPO", "--env", "gymnax/CartPole-v1"] + [
+    f"--set={kv}" for kv in ("num_envs=4", "rollout_fragment_length=16", "minibatch_size=32", "iterations_per_call=1")
+]
+
+
+def test_resuming_from_a_checkpoint_folder_continues_its_run(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    argv = ["train", "--quiet", "--checkpoint-every", "1"]
+    assert cli.main([*argv, *GYMNAX, "--stop", "training_iteration=2", "--logdir", run]) == 0
+    first = os.path.join(run, "checkpoint_000001")
+    # The run has a newer checkpoint than the one named: refused, pointing at the run.
+    assert cli.main([*argv, "--resume", first, "--stop", "training_iteration=3"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and f"{run} has newer checkpoints (checkpoint_000002); resume with --resume {run}" in err
+    )
+    second = os.path.join(run, "checkpoint_000002")
+    assert run_directory(second) == run and run_directory(run) == run
+    assert cli.main([*argv, "--resume", second, "--stop", "training_iteration=3"]) == 0
+    assert f"resuming PPO from {second}" in capsys.readouterr().out
+    # Logs and the new checkpoint went to the run, nothing into the checkpoint resumed from.
+    assert sorted(n for n in os.listdir(run) if n.startswith("checkpoint_")) == [
+        "checkpoint_000001",
+        "checkpoint_000002",
+        "checkpoint_000003",
+    ]
+    checkpoint.verify(second)
+    rows = [json.loads(line) for line in open(os.path.join(run, "progress.jsonl"))]
+    assert [r["training_iteration"] for r in rows] == [1, 2, 3]

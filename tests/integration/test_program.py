@@ -8,8 +8,18 @@ import os
 from typing import Any
 
 import numpy as np
+import pytest
 
-from jaxflow import Algorithm, AlgorithmSpec, Context, ReportMetrics, RunHooks, from_iterator, register_algorithm
+from jaxflow import (
+    Algorithm,
+    AlgorithmSpec,
+    CheckpointError,
+    Context,
+    ReportMetrics,
+    RunHooks,
+    from_iterator,
+    register_algorithm,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,3 +98,19 @@ def test_a_toy_program_trains_checkpoints_and_resumes_through_algorithm(tmp_path
     assert nxt["training_iteration"] == 5 and nxt["env_steps_sampled"] == 15
     assert int(resumed.program.total) == 15 and resumed.program.log[-1] == 15
     resumed.stop()
+
+
+def test_a_program_of_its_own_is_checked_against_its_state_when_loaded(tmp_path):
+    """No template exists before a program of its own is built: Algorithm.load compares the
+    saved shapes with its get_state() before restoring, and refuses in one line."""
+    algo = Algorithm(CounterConfig(step=3))
+    algo.train()
+    real = algo.program.get_state
+    algo.program.get_state = lambda: {"total": np.zeros(2, np.int32)}  # saved as int32[2]
+    path = algo.save(str(tmp_path))
+    algo.program.get_state = real
+    with pytest.raises(CheckpointError) as e:
+        Algorithm.restore(str(tmp_path))
+    assert str(e.value) == (
+        f"checkpoint {path}: state does not fit this config: total: saved int32[2], expected int64[]"
+    )

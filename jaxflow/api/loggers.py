@@ -1,0 +1,138 @@
+"""Results to experiment trackers: Weights & Biases and MLflow (``pip install 'jaxflow-rl[wandb]'``
+or ``'jaxflow-rl[mlflow]'``), beside progress.jsonl and TensorBoard.
+
+Each writer takes the run's config once, every numeric result of every iteration (nested
+keys joined by ``/``, as in TensorBoard; stepped by env steps sampled) and each checkpoint
+as an artifact. ``LOGGERS`` names what ``--logger`` accepts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from jaxflow.api.writers import _scalars
+from jaxflow.config.fields import ConfigError
+from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
+
+LOGGERS = ("tensorboard", "jsonl", "wandb", "mlflow")
+DEFAULT_LOGGERS = ("tensorboard", "jsonl")
+MLFLOW_STORE = "mlruns"
+"""MLflow's local file store, inside the run directory, unless ``MLFLOW_TRACKING_URI`` names another."""
+
+
+def parse_loggers(names: str) -> tuple[str, ...]:
+    """``"tensorboard,wandb"`` -> ``("tensorboard", "wandb")``; an unknown name is a :class:`ConfigError`."""
+    chosen = tuple(n.strip() for n in names.split(",") if n.strip())
+    unknown = [n for n in chosen if n not in LOGGERS]
+    if unknown or not chosen:
+        raise ConfigError(f"--logger takes a comma-separated list out of {list(LOGGERS)}, got {names!r}.")
+    return chosen
+
+
+def _step(result: Mapping[str, Any]) -> int:
+    return int(result.get(ENV_STEPS_SAMPLED, result.get("training_iteration", 0)))
+
+
+def _flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flat_config(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _require(module: str, extra: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"--logger {extra} needs the {module} package: pip install 'jaxflow-rl[{extra}]'.") from None
+
+
+class WandbWriter:
+    """A Weights & Biases run: ``mode`` "online", "offline" (files under ``logdir/wandb``, for
+    ``wandb sync`` later) or "disabled"; by default ``WANDB_MODE``, else online.
+
+    Example:
+        >>> writer = WandbWriter("runs/ppo", {"algorithm": "PPO", "config": {...}}, mode="offline")  # doctest: +SKIP
+    """
+
+    def __init__(self, logdir: str, config: Mapping[str, Any], mode: str | None = None, project: str = "jaxflow"):
+        wandb = _require("wandb", "wandb")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self._wandb = wandb
+        with warnings.catch_warnings():
+            # wandb.init starts W&B's service process: a fork that execs at once, not what JAX's warning means.
+            warnings.filterwarnings("ignore", "os.fork", RuntimeWarning)
+            self.run = self._init(wandb, logdir, config, mode, project)
+
+    @staticmethod
+    def _init(wandb: Any, logdir: str, config: Mapping[str, Any], mode: str | None, project: str) -> Any:
+        return wandb.init(
+            project=os.environ.get("WANDB_PROJECT", project),
+            name=os.path.basename(os.path.normpath(logdir)),
+            dir=os.path.abspath(logdir),
+            config=dict(config),
+            mode=mode or os.environ.get("WANDB_MODE", "online"),
+            reinit="create_new",
+        )
+
+    def write(self, result: Mapping[str, Any]) -> None:
+        self.run.log(_scalars(result), step=_step(result))
+
+    def checkpoint(self, path: str) -> None:
+        artifact = self._wandb.Artifact(f"{self.run.id}-{os.path.basename(path)}", type="checkpoint")
+        artifact.add_dir(path)
+        self.run.log_artifact(artifact)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MLflowWriter:
+    """An MLflow run in experiment ``jaxflow``: the config as parameters (dotted names), the
+    results as metrics, config.json and checkpoints as artifacts. The tracking store is
+    ``MLFLOW_TRACKING_URI`` if set, else a local file store ``logdir/mlruns``.
+
+    Example:
+        >>> writer = MLflowWriter("runs/ppo", {"algorithm": "PPO", "config": {...}})  # doctest: +SKIP
+    """
+
+    def __init__(self, logdir: str, config: Mapping[str, Any], experiment: str = "jaxflow"):
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or "file://" + os.path.join(os.path.abspath(logdir), MLFLOW_STORE)
+        if uri.startswith("file://"):
+            # MLflow keeps its file store (what the issue's local runs need) behind this switch.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        mlflow = _require("mlflow", "mlflow")
+        self._client = mlflow.tracking.MlflowClient(uri)
+        found = self._client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
+        self.run_id = self._client.create_run(
+            experiment_id, run_name=os.path.basename(os.path.normpath(logdir))
+        ).info.run_id
+        params = [mlflow.entities.Param(k, str(v)) for k, v in _flat_config(config).items()]
+        self._client.log_batch(self.run_id, params=params)
+        self._metric = mlflow.entities.Metric
+        self._logdir = logdir
+
+    def write(self, result: Mapping[str, Any]) -> None:
+        now, step = int(time.time() * 1000), _step(result)
+        metrics = [self._metric(k, v, now, step) for k, v in _scalars(result).items() if math.isfinite(v)]
+        self._client.log_batch(self.run_id, metrics=metrics)
+
+    def checkpoint(self, path: str) -> None:
+        self._client.log_artifacts(self.run_id, path, artifact_path=os.path.basename(path))
+
+    def close(self) -> None:
+        config = os.path.join(self._logdir, "config.json")
+        if os.path.exists(config):
+            self._client.log_artifact(self.run_id, config)
+        self._client.set_terminated(self.run_id)

@@ -1,0 +1,93 @@
+"""Replacing a checkpoint is atomic at every step: a write interrupted before the old copy
+is renamed aside, between the renames, or before the old copy is deleted leaves a checkpoint
+that verifies and restores."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from jaxflow.api import checkpoint
+from jaxflow.api.registry import get_algorithm
+from jaxflow.api.restore import plan_restore, state_template
+from jaxflow.config.names import make_config
+from jaxflow.config.parsing import to_json_dict
+
+ITERATION = 4
+
+
+class Crash(Exception):
+    """A process killed at this point of a write."""
+
+
+@pytest.fixture(scope="module")
+def dqn():
+    spec = get_algorithm("DQN")
+    config = make_config(spec.config_cls, env="CartPole-v1", hidden_sizes=(16,))
+    state = jax.device_get(state_template(config, spec).state)
+    return state, {"algorithm": "DQN", "config": to_json_dict(config), "context": {"counters": {}}}
+
+
+def _crash_at(monkeypatch, name: str, k: int, directory: str) -> None:
+    """Makes the ``k``-th ``os.rename`` or ``shutil.rmtree`` of a directory directly under
+    ``directory`` (not of orbax's files inside one) raise :class:`Crash`."""
+    real = {"rename": os.rename, "rmtree": shutil.rmtree}[name]
+    calls = []
+
+    def crashing(path, *args, **kwargs):
+        # The temporary directory is renamed into place, but never deleted on the way.
+        ours = os.path.dirname(os.path.abspath(path)) == directory
+        if ours and (name == "rename" or not os.path.basename(path).startswith(".tmp-")):
+            calls.append(path)
+            if len(calls) == k:
+                raise Crash(f"killed at {name} #{k}")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os if name == "rename" else shutil, name, crashing)
+
+
+@pytest.mark.parametrize(
+    "crash, k, survivor, left",
+    [
+        ("rename", 1, "old", ["checkpoint_000004"]),  # before the old one is renamed aside
+        ("rename", 2, "old", [".old-checkpoint_000004"]),  # between the renames: only the aside copy
+        ("rmtree", 1, "new", ["checkpoint_000004", ".old-checkpoint_000004"]),  # before the old one is deleted
+    ],
+)
+def test_an_interrupted_replace_leaves_a_loadable_checkpoint(dqn, tmp_path, monkeypatch, crash, k, survivor, left):
+    state, meta = dqn
+    directory = str(tmp_path)
+    checkpoint.save(directory, ITERATION, state, meta)
+    new = state._replace(step=np.asarray(state.step) + 5)
+    with monkeypatch.context() as m:
+        _crash_at(m, crash, k, directory)
+        with pytest.raises(Crash):
+            checkpoint.save(directory, ITERATION, new, meta)
+    # A process killed mid-write leaves its temporary directory behind; it is ignored.
+    os.makedirs(tmp_path / ".tmp-checkpoint_000009-deadbeef" / "state")
+    names = sorted(n for n in os.listdir(directory) if not n.startswith(".tmp-"))
+    assert [n.rsplit("-", 1)[0] if n.startswith(".old-") else n for n in names] == sorted(left)
+    plan = plan_restore(directory)
+    assert plan.skipped == [] and os.path.basename(plan.path).rsplit("-", 1)[0] in left
+    restored = checkpoint.restore_state(plan.path, plan.template.state)
+    assert int(restored.step) == int(state.step) + (5 if survivor == "new" else 0)
+    # The run goes on: the next checkpoint is written and found; rewriting this one leaves no aside copy.
+    checkpoint.save(directory, ITERATION + 1, new, meta)
+    assert checkpoint.latest(directory) == os.path.join(directory, "checkpoint_000005")
+    checkpoint.save(directory, ITERATION, new, meta)
+    assert sorted(n for n in os.listdir(directory) if not n.startswith(".tmp-")) == [
+        "checkpoint_000004",
+        "checkpoint_000005",
+    ]
+
+
+def test_a_complete_replace_leaves_only_the_new_checkpoint(dqn, tmp_path):
+    state, meta = dqn
+    checkpoint.save(str(tmp_path), ITERATION, state, meta)
+    path = checkpoint.save(str(tmp_path), ITERATION, state._replace(step=np.asarray(7, np.int32)), meta)
+    assert os.listdir(tmp_path) == ["checkpoint_000004"]
+    assert int(checkpoint.restore_state(path, state).step) == 7
