@@ -67,7 +67,7 @@ def train(
     several iterations (device mode) checkpoints when it passes a multiple of ``checkpoint_every``.
 
     A new run (``algo`` at iteration 0) refuses a ``logdir`` that holds a run, unless
-    ``overwrite`` replaces that run's files. A restored run (iteration N > 0) continues the
+    ``overwrite`` replaces that run's files (a new run's option only). A restored run (iteration N > 0) continues the
     logs there: rows of ``progress.jsonl`` past N are dropped and TensorBoard purges the steps
     after the checkpoint's, so every iteration and step is logged once.
     """
@@ -107,7 +107,12 @@ def _log_writers(algo: Algorithm, logdir: str, overwrite: bool) -> list[Any]:
     """Claims ``logdir`` for a new run, or continues a restored run's logs there; writes
     ``config.json`` and opens progress.jsonl and TensorBoard."""
     purge_step = None
-    if algo.iteration == 0 or overwrite:
+    if algo.iteration and overwrite:  # its checkpoints may be the ones overwrite would remove
+        raise ConfigError(
+            f"overwrite=True starts a new run in {logdir!r}; this algorithm continues one at iteration "
+            f"{algo.iteration} (train it into its own run's logdir, or a new one)."
+        )
+    if algo.iteration == 0:
         claim_logdir(logdir, overwrite)
     else:
         os.makedirs(logdir, exist_ok=True)

@@ -275,6 +275,8 @@ def test_a_resumed_run_logs_each_iteration_and_step_once(ray_local, tmp_path):
     algo.stop()
     resumed = Algorithm.restore(os.path.join(logdir, "checkpoint_000002"))
     assert resumed.iteration == 2
+    with pytest.raises(ConfigError, match="this algorithm continues one at iteration 2"):
+        train(resumed, {"training_iteration": 4}, logdir, overwrite=True)
     second = train(resumed, {"training_iteration": 4}, logdir, checkpoint_every=2, verbose=False)
     resumed.stop()
 
