@@ -12,9 +12,11 @@ $(BIN)/jaxflow: pyproject.toml
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
 
+# The demo run: each `make train` replaces the last one in runs/ppo-cartpole (--overwrite; a
+# logdir that holds a run is otherwise refused).
 train: $(BIN)/jaxflow
 	$(BIN)/jaxflow train --algo PPO --env CartPole-v1 --num-workers 2 --seed 0 \
-	    --stop episode_return_mean=450 --stop env_steps_sampled=300000 --logdir runs/ppo-cartpole
+	    --stop episode_return_mean=450 --stop env_steps_sampled=300000 --logdir runs/ppo-cartpole --overwrite
 
 # The whole suite: unit, integration and learning tests, and the docstrings' examples.
 test: $(BIN)/jaxflow

@@ -13,6 +13,7 @@ from jaxflow.config import (
     POSITIVE,
     ConfigError,
     RolloutConfig,
+    StrictKeywords,
     json_values,
     load_config_file,
     make_config,
@@ -24,7 +25,7 @@ from jaxflow.config import (
 
 
 @dataclasses.dataclass(frozen=True)
-class MultiAgentConfig:
+class MultiAgentConfig(StrictKeywords):
     """A multi-agent run: the environment, the policies and which agent each one controls.
 
     Loaded from JSON with :func:`load_multiagent_config` (``jaxflow train --multiagent FILE``)::

@@ -10,6 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from jaxflow.api.logdir import claim_logdir
+from jaxflow.api.user_errors import Parser, check_evaluate, check_train, int_at_least, one_line, user_errors
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import load_config_file, with_overrides
 
@@ -17,7 +19,10 @@ MODES = ("auto", "ray", "device")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jaxflow", description="Accelerator-first reinforcement learning.")
+    p = Parser(prog="jaxflow", description="Accelerator-first reinforcement learning.")
+    p.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (also accepted after the command)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train an algorithm (or resume a run)")
@@ -40,10 +45,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FIELD=VALUE",
         help="override a config field, by its flat (lr) or dotted (optimizer.lr) name; repeatable",
     )
-    t.add_argument("--logdir", help="where progress, TensorBoard events and checkpoints go")
+    t.add_argument(
+        "--logdir", help="where progress, TensorBoard events and checkpoints go (a new directory, or see --overwrite)"
+    )
+    t.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --logdir (its progress, config, events and checkpoints); without it, "
+        "a logdir that holds a run is refused",
+    )
     t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
     t.add_argument(
-        "--checkpoint-every", type=int, default=10, help="iterations between checkpoints (0: at the end only)"
+        "--checkpoint-every",
+        type=int_at_least(0),
+        default=10,
+        help="iterations between checkpoints (0: at the end only)",
     )
     t.add_argument(
         "--mode",
@@ -67,10 +83,12 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
-    e.add_argument("--episodes", type=int, default=10)
-    e.add_argument("--seed", type=int)
+    e.add_argument("--episodes", type=int_at_least(1), default=10)
+    e.add_argument("--seed", type=int_at_least(0))
 
-    sub.add_parser("list", help="algorithms and environments available")
+    ls = sub.add_parser("list", help="algorithms and environments available")
+    for command in (t, e, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
 
@@ -78,7 +96,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
-        if not sep:
+        if not sep or not key.strip():
             raise ConfigError(f"--set takes FIELD=VALUE, got {item!r}.")
         out[key.strip()] = value.strip()
     for flag, field in (
@@ -136,15 +154,20 @@ def _train(args: argparse.Namespace) -> int:
         mode = resolve_mode(config, spec)
         if spec.run.program is None:  # a standard program acts in config.env: its spaces are checked before Ray starts
             env_spaces(config, spec)
+        if getattr(config, "model", None):  # the user's module is imported in the run; its name is checked now
+            from jaxflow.networks.models import check_model
+
+            check_model(config.model)
         logdir = args.logdir or os.path.join(
             "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
+        claim_logdir(logdir, args.overwrite)  # a run there is refused (or replaced) before anything starts
         print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
         if mode == "ray":
             init_ray(args.address)
         algo = Algorithm(config, spec)
     try:
-        result = train(algo, stop, logdir, args.checkpoint_every, verbose=not args.quiet)
+        result = train(algo, stop, logdir, args.checkpoint_every, verbose=not args.quiet, overwrite=args.overwrite)
     finally:
         algo.stop()
     print(
@@ -209,15 +232,20 @@ def _list() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = None
     try:
+        args = _parser().parse_args(argv)
         if args.command == "train":
+            check_train(args)
             return _train(args)
         if args.command == "evaluate":
+            check_evaluate(args)
             return _evaluate(args)
         return _list()
-    except (ConfigError, KeyError) as e:  # KeyError: envs.UnknownEnvError
-        print(f"jaxflow: error: {e}", file=sys.stderr)
+    except user_errors() as e:
+        if args is not None and args.debug:  # --debug: the traceback, for a bug report
+            raise
+        print(f"jaxflow: error: {one_line(e)}", file=sys.stderr)
         return 2
 
 

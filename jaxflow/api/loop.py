@@ -9,25 +9,44 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxflow.api.algorithm import Algorithm
-from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
+from jaxflow.api.logdir import CONFIG, claim_logdir, truncate_progress
+from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter, tensorboard_step
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
 
 STOP_KEYS = ("training_iteration", "env_steps_sampled", "episode_return_mean", "time_s")
+COUNTER_KEYS = ("training_iteration", "env_steps_sampled", "time_s")
+"""Stop keys that only grow from 0: a bound at or below 0 would stop after the first iteration."""
 
 
 def parse_stop(items: Sequence[str]) -> dict[str, float]:
-    """``["episode_return_mean=450", ...]`` -> ``{"episode_return_mean": 450.0, ...}``."""
+    """``["episode_return_mean=450", ...]`` -> ``{"episode_return_mean": 450.0, ...}``, checked by :func:`check_stop`."""
     stop: dict[str, float] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep or key not in STOP_KEYS:
             raise ConfigError(f"--stop takes KEY=NUMBER with KEY one of {list(STOP_KEYS)}, got {item!r}.")
+        if key in stop:
+            raise ConfigError(f"--stop {key} is given twice ({stop[key]:g} and {value.strip()}); give it once.")
         try:
             stop[key] = float(value)
         except ValueError:
             raise ConfigError(f"--stop {key} needs a number, got {value!r}.") from None
+    check_stop(stop)
     return stop
+
+
+def check_stop(stop: Mapping[str, float]) -> None:
+    """Raises :class:`ConfigError` for an unknown key, a value that is no finite number, or a
+    counter's bound at or below 0."""
+    for key, value in stop.items():
+        if key not in STOP_KEYS:
+            raise ConfigError(f"stop condition {key!r} is not one of {list(STOP_KEYS)}.")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise ConfigError(f"--stop {key} needs a finite number, got {value!r}.")
+        if key in COUNTER_KEYS and value <= 0:
+            raise ConfigError(f"--stop {key} must be above 0 (it counts up from 0), got {value:g}.")
 
 
 def should_stop(result: Mapping[str, Any], stop: Mapping[str, float]) -> bool:
@@ -41,18 +60,23 @@ def train(
     logdir: str | None = None,
     checkpoint_every: int = 10,
     verbose: bool = True,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Trains until a stop condition holds; logs to ``logdir`` and checkpoints there
     every ``checkpoint_every`` iterations (0: only at the end) and at the end. A result of
-    several iterations (device mode) checkpoints when it passes a multiple of ``checkpoint_every``."""
+    several iterations (device mode) checkpoints when it passes a multiple of ``checkpoint_every``.
+
+    A new run (``algo`` at iteration 0) refuses a ``logdir`` that holds a run, unless
+    ``overwrite`` replaces that run's files (a new run's option only). A restored run (iteration N > 0) continues the
+    logs there: rows of ``progress.jsonl`` past N are dropped and TensorBoard purges the steps
+    after the checkpoint's, so every iteration and step is logged once.
+    """
     if not stop:
         raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
-    writers: list[Any] = []
-    if logdir:
-        os.makedirs(logdir, exist_ok=True)
-        with open(os.path.join(logdir, "config.json"), "w", encoding="utf-8") as f:
-            json.dump({"algorithm": algo.spec.name, "config": to_json_dict(algo.config)}, f, indent=1)
-        writers += [JsonLinesWriter(logdir), TensorBoardWriter(logdir)]
+    check_stop(stop)
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
+    writers: list[Any] = _log_writers(algo, logdir, overwrite) if logdir else []
     if verbose:
         writers.append(ConsoleProgress(stop))
     result: dict[str, Any] = {}
@@ -77,3 +101,24 @@ def train(
         for w in writers:
             w.close()
     return result
+
+
+def _log_writers(algo: Algorithm, logdir: str, overwrite: bool) -> list[Any]:
+    """Claims ``logdir`` for a new run, or continues a restored run's logs there; writes
+    ``config.json`` and opens progress.jsonl and TensorBoard."""
+    purge_step = None
+    if algo.iteration and overwrite:  # its checkpoints may be the ones overwrite would remove
+        raise ConfigError(
+            f"overwrite=True starts a new run in {logdir!r}; this algorithm continues one at iteration "
+            f"{algo.iteration} (train it into its own run's logdir, or a new one)."
+        )
+    if algo.iteration == 0:
+        claim_logdir(logdir, overwrite)
+    else:
+        os.makedirs(logdir, exist_ok=True)
+        truncate_progress(logdir, algo.iteration)
+        # The restored step was written before the checkpoint; the next result's is later.
+        purge_step = tensorboard_step(algo.context.counters) + 1
+    with open(os.path.join(logdir, CONFIG), "w", encoding="utf-8") as f:
+        json.dump({"algorithm": algo.spec.name, "config": to_json_dict(algo.config)}, f, indent=1)
+    return [JsonLinesWriter(logdir), TensorBoardWriter(logdir, purge_step)]

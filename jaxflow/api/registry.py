@@ -64,6 +64,8 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 
 def spec_of(config: object) -> AlgorithmSpec:
     """The registered algorithm whose config class is ``type(config)``."""
+    if isinstance(config, type):
+        raise ConfigError(f"A config object is needed, got the class {config.__name__}; pass {config.__name__}().")
     for registry in (_ALGORITHMS, _load_all()):
         for spec in registry.values():
             if type(config) is spec.config_cls:

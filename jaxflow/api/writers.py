@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,16 +53,30 @@ def _json_safe(x: Any) -> Any:
     return x
 
 
-class TensorBoardWriter:
-    """Writes every numeric result as a TensorBoard scalar, stepped by env steps sampled."""
+def tensorboard_step(counters: Mapping[str, Any]) -> int:
+    """TensorBoard's step for a result (or a run's counters): its env steps sampled, else its iteration."""
+    return int(counters.get(ENV_STEPS_SAMPLED, counters.get("training_iteration", 0)))
 
-    def __init__(self, logdir: str):
+
+class TensorBoardWriter:
+    """Writes every numeric result as a TensorBoard scalar, stepped by :func:`tensorboard_step`.
+
+    ``purge_step``: a run resumed from a checkpoint writes again from this step on, so
+    TensorBoard discards the events an earlier writer left at this step and after
+    (its ``SessionLog.START`` event), and each step keeps one value.
+
+    The file name ends in the creation time in nanoseconds: tensorboardX names files by the
+    second, so a writer opened within the second of the last one (a quick resume) would erase
+    its file; TensorBoard reads a directory's files in name order, which this keeps.
+    """
+
+    def __init__(self, logdir: str, purge_step: int | None = None):
         from tensorboardX import SummaryWriter
 
-        self._w = SummaryWriter(logdir)
+        self._w = SummaryWriter(logdir, purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
 
     def write(self, result: Mapping[str, Any]) -> None:
-        step = int(result.get(ENV_STEPS_SAMPLED, result.get("training_iteration", 0)))
+        step = tensorboard_step(result)
         for k, v in _scalars(result).items():
             if math.isfinite(v):
                 self._w.add_scalar(k, v, step)

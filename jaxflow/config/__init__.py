@@ -25,7 +25,7 @@ from jaxflow.config.fields import (
     validate,
 )
 from jaxflow.config.groups import DeviceConfig, DistributedReplayConfig, OptimizerConfig, RolloutConfig
-from jaxflow.config.names import flat_names, make_config, replace_config, resolve
+from jaxflow.config.names import StrictKeywords, flat_names, make_config, replace_config, resolve
 from jaxflow.config.off_policy import OffPolicyConfig
 from jaxflow.config.parsing import (
     from_json_dict,
@@ -56,6 +56,7 @@ __all__ = [
     "OffPolicyConfig",
     "OptimizerConfig",
     "RolloutConfig",
+    "StrictKeywords",
     "field_names",
     "flat_names",
     "from_json_dict",

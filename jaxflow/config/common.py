@@ -7,12 +7,12 @@ from typing import ClassVar, Literal
 
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, _type_ok, param, require, validate
 from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
-from jaxflow.config.names import field_type, flat_names, is_field, replace_config, resolve
+from jaxflow.config.names import StrictKeywords, field_type, flat_names, is_field, replace_config, resolve
 from jaxflow.config.schedules import float_fields, validate_schedules
 
 
 @dataclasses.dataclass(frozen=True)
-class CommonConfig:
+class CommonConfig(StrictKeywords):
     """Fields every algorithm shares; algorithm configs extend this dataclass.
 
     The settings of its rollouts, of device mode and of the optimizer are groups of their

@@ -12,17 +12,22 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, param, require, validate
+from jaxflow.config.constants import WORKER_SEED_STRIDE
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, Check, param, require, validate
+from jaxflow.config.names import StrictKeywords
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutConfig:
+class RolloutConfig(StrictKeywords):
     """How rollout workers sample: how many, how many environments each, and their resources."""
 
     num_workers: int = param(2, NON_NEGATIVE)
     """Ray rollout worker actors; 0 samples in the driver process."""
-    num_envs_per_worker: int = param(8, POSITIVE)
-    """Environments stepped in lockstep by each worker; more amortise the per-step policy call."""
+    num_envs_per_worker: int = param(8, Check(low=1, high=WORKER_SEED_STRIDE))
+    """Environments stepped in lockstep by each worker; more amortise the per-step policy call.
+    At most ``WORKER_SEED_STRIDE`` (10,000): worker ``i``'s envs are seeded from
+    ``seed + i * WORKER_SEED_STRIDE``, so more would repeat the next worker's seeds (and a
+    typo such as 1e9 fails here, before anything starts, not as an out-of-memory worker)."""
     rollout_fragment_length: int = param(64, POSITIVE)
     """Time steps T per sampled fragment; each fragment is [T, num_envs_per_worker]."""
     vector_env: Literal["python", "ale"] = "python"
@@ -73,7 +78,7 @@ class RolloutConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceConfig:
+class DeviceConfig(StrictKeywords):
     """Device mode: rollout and update compiled together, for one agent or many in one call."""
 
     num_envs: int | None = param(None, POSITIVE)
@@ -97,7 +102,7 @@ class DeviceConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
+class OptimizerConfig(StrictKeywords):
     """The learner's optimizer: Adam with its gradients clipped by global norm."""
 
     lr: float = param(3e-4, POSITIVE)
@@ -114,7 +119,7 @@ class OptimizerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class DistributedReplayConfig:
+class DistributedReplayConfig(StrictKeywords):
     """Ape-X's shape (Horgan et al., 2018): actors sampling asynchronously, replayed batches
     read ahead from the shards, and a learner thread with queues on both sides."""
 

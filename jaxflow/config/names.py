@@ -77,6 +77,32 @@ def unknown_field(cls: type, name: str, candidates: list[str]) -> ConfigError:
     return ConfigError(f"{cls.__name__} has no field {name!r}.{hint} Fields: {', '.join(flat_names(cls))}.")
 
 
+class StrictKeywords:
+    """Base of config classes: their constructor refuses a keyword that is no field of theirs
+    with the :class:`ConfigError` that ``make_config`` and ``--set`` give (the closest names),
+    not the dataclass ``__init__``'s bare ``TypeError``.
+
+    >>> from jaxflow.config import OptimizerConfig
+    >>> OptimizerConfig(lrr=0.1)
+    Traceback (most recent call last):
+    ...
+    jaxflow.config.fields.ConfigError: OptimizerConfig has no field 'lrr'. Did you mean ['lr']? Fields: lr, max_grad_norm, on_nonfinite.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        own = field_names(cls)
+        for name in kwargs:
+            if name in own:
+                continue
+            if is_field(cls, name):  # a group's setting: the constructor takes the group itself
+                raise ConfigError(
+                    f"{cls.__name__}({name}=...): {name!r} lives in the group {resolve(cls, name)[0]!r}; "
+                    f"make_config({cls.__name__}, {name}=...) takes flat and dotted names."
+                )
+            raise unknown_field(cls, name, flat_names(cls))
+        return super().__new__(cls)
+
+
 def is_field(cls: type, name: str) -> bool:
     """Whether ``name`` (flat or dotted) is a setting of ``cls``."""
     try:
@@ -110,9 +136,12 @@ def _default(cls: type, name: str) -> Any:
     return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
-def _with(cls: type, group: Any, values: dict[str, Any]) -> Any:
-    """``group`` with ``values``, validated; its errors name ``cls`` (``PPOConfig.lr``), the
-    config a user typing flat names knows, not the group's class (``OptimizerConfig.lr``)."""
+def _with(cls: type, name: str, group: Any, values: dict[str, Any]) -> Any:
+    """The group ``name`` of ``cls`` as ``group`` with ``values``, validated; its errors name
+    ``cls`` (``PPOConfig.lr``), the config a user typing flat names knows, not the group's
+    class (``OptimizerConfig.lr``)."""
+    held = groups(cls)[name]
+    require(isinstance(group, held), f"{cls.__name__}.{name} must be {held.__name__}, got {group!r}.")
     try:
         return dataclasses.replace(group, **values)
     except ConfigError as e:
@@ -127,16 +156,20 @@ def make_config(cls: type[C], /, **changes: Any) -> C:
     """
     own, held = _split(cls, changes)
     for g, values in held.items():
-        own[g] = _with(cls, own.get(g, _default(cls, g)), values)
+        own[g] = _with(cls, g, own.get(g, _default(cls, g)), values)
     return cls(**own)
 
 
 def replace_config(config: C, /, **changes: Any) -> C:
     """A copy of ``config`` with ``changes`` keyed by flat or dotted names (``dataclasses.replace``
     that knows the groups); the copy is validated, ``config`` is untouched."""
+    require(
+        dataclasses.is_dataclass(config) and not isinstance(config, type),
+        f"replace_config takes a config object such as PPOConfig(), got {config!r}.",
+    )
     own, held = _split(type(config), changes)
     for g, values in held.items():
-        own[g] = _with(type(config), own.get(g, getattr(config, g)), values)
+        own[g] = _with(type(config), g, own.get(g, getattr(config, g)), values)
     return dataclasses.replace(config, **own)  # type: ignore[type-var]  # C is a dataclass
 
 

@@ -106,11 +106,13 @@ def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
 
 def load_config_file(cls: type, path: str) -> Any:
     """A config of class ``cls`` from a JSON file of its fields, flat, dotted or nested (e.g. ``--multiagent FILE``)."""
-    with open(path, encoding="utf-8") as f:
-        try:
+    try:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: not valid JSON ({e}).") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON ({e}).") from e
+    except (OSError, UnicodeDecodeError) as e:  # missing, a directory, unreadable, not text
+        raise ConfigError(f"{path}: cannot be read as a JSON file ({getattr(e, 'strerror', None) or e}).") from e
     fields = sorted(flat_names(cls))
     values = _flatten(cls, data) if isinstance(data, dict) else None
     bad = sorted(k for k in values if not is_field(cls, k)) if values is not None else None

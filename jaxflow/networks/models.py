@@ -83,6 +83,12 @@ def _resolve(name: str) -> Any:
     return found
 
 
+def check_model(name: str) -> None:
+    """Raises :class:`ConfigError` unless the model ``name`` is registered or importable: the
+    command line checks it before anything starts (the policy is built later, in the run)."""
+    _resolve(name)
+
+
 def build_model(name: str, model_config: dict[str, Any], num_outputs: int) -> nn.Module:
     """The module ``name`` stands for (see the module docstring), with ``model_config``: a
     module class takes them as its fields, a factory also gets ``num_outputs``."""

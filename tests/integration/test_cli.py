@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import struct
 
 import pytest
+from tensorboardX.proto import event_pb2
 
 import jaxflow.api.ray_program
+from jaxflow import Algorithm
 from jaxflow.api import cli
+from jaxflow.api.logdir import claim_logdir, run_files
+from jaxflow.api.loop import train
+from jaxflow.config import ConfigError
 
 
 @pytest.fixture
@@ -18,47 +25,157 @@ def no_ray(monkeypatch):
     monkeypatch.setattr(jaxflow.api.ray_program, "init_ray", refuse)
 
 
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--algo", "PPX"], "Unknown algorithm 'PPX'. Did you mean ['PPO'"),
-        (["--algo", "ppo", "--env", "CartPol-v1"], "Did you mean one of ['CartPole-v1'"),
-        (["--algo", "ppo", "--set", "lrr=0.1"], "has no field 'lrr'. Did you mean ['lr']"),
-        (["--algo", "ppo", "--set", "lr=-1"], "PPOConfig.lr must satisfy 0 < value, got -1.0"),
-        (["--algo", "ppo", "--set", "clip_eps=0"], "PPOConfig.clip_eps must satisfy 0 < value, got 0.0"),
-        (["--algo", "ppo", "--set", "num_workers=two"], "PPOConfig.num_workers must be int, got 'two'"),
-        (["--algo", "ppo", "--set", "on_worker_failure=retry"], "must be one of 'raise', 'ignore', 'restart'"),
-        (["--algo", "ppo", "--set", "minibatch_size=4096"], "minibatch_size (4096) must be <= train_batch_size (1024)"),
-        (["--algo", "ppo", "--stop", "reward=1"], "--stop takes KEY=NUMBER with KEY one of"),
-        (
-            ["--algo", "ppo", "--mode", "device"],
-            "PPOConfig.mode='device' is not possible: 'CartPole-v1' is not a JAX environment",
-        ),
-        (["--algo", "a3c", "--env", "gymnax/CartPole-v1", "--mode", "device"], "A3C has no device mode"),
-        (
-            ["--algo", "ppo", "--env", "brax/inverted_pendulum", "--set", 'env_config={"backend": "physx"}'],
-            "brax/inverted_pendulum: env_config backend='physx' is not a brax pipeline; allowed: generalized, mjx",
-        ),
-        (
-            ["--algo", "dqn", "--env", "Pendulum-v1"],
-            "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
-            "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3",
-        ),
-        (["--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
-        (["--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
-        (
-            ["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"],
-            "--sweep takes FIELD=V1,V2,... with numbers",
-        ),
-        (
-            ["--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "num_epochs=1,2"],
-            "'num_epochs' is not a float field",
-        ),
-    ],
-)
-def test_bad_input_fails_early_with_a_clear_message(no_ray, capsys, argv, message):
-    assert cli.main(["train", *argv]) == 2
-    assert message in capsys.readouterr().err
+MULTIAGENT_FILES = {
+    "list.json": "[1, 2]",
+    "broken.json": "{not json",
+    "ppx.json": json.dumps(
+        {"policies": {"p": {"algorithm": "PPX"}}, "mapping": {"agent_0": "p", "agent_1": "p"}},
+    ),
+    "a3c.json": json.dumps(
+        {"policies": {"p": {"algorithm": "A3C"}}, "mapping": {"agent_0": "p", "agent_1": "p"}},
+    ),
+}
+
+# Each bad command line: the words after `jaxflow` ({tmp}: a folder holding MULTIAGENT_FILES,
+# an empty folder `empty` and a run's folder `run`) and a fragment of its one line.
+BAD_INPUT = [
+    (["train", "--algo", "PPX"], "Unknown algorithm 'PPX'. Did you mean ['PPO'"),
+    (["train", "--algo", "ppo", "--env", "CartPol-v1"], "Did you mean one of ['CartPole-v1'"),
+    (["train", "--algo", "ppo", "--env", "gymnax/Nope-v1"], "Unknown environment 'gymnax/Nope-v1'"),
+    (["train", "--algo", "ppo", "--env", "multiagent/Coordination-v0"], "is a multi-agent environment"),
+    (["train", "--algo", "ppo", "--set", "lrr=0.1"], "has no field 'lrr'. Did you mean ['lr']"),
+    (["train", "--algo", "ppo", "--set", "lr=-1"], "PPOConfig.lr must satisfy 0 < value, got -1.0"),
+    (["train", "--algo", "ppo", "--set", "lr=inf"], "PPOConfig.lr must be a finite number, got inf"),
+    (["train", "--algo", "ppo", "--set", "max_grad_norm=inf"], "PPOConfig.max_grad_norm must be a finite number"),
+    (["train", "--algo", "ppo", "--set", "worker_timeout_s=inf"], "PPOConfig.worker_timeout_s must be a finite"),
+    (["train", "--algo", "ppo", "--set", "gamma=nan"], "PPOConfig.gamma must be a finite number, got nan"),
+    (["train", "--algo", "ppo", "--set", "clip_eps=0"], "PPOConfig.clip_eps must satisfy 0 < value, got 0.0"),
+    (["train", "--algo", "ppo", "--set", "num_workers=two"], "PPOConfig.num_workers must be int, got 'two'"),
+    (["train", "--algo", "ppo", "--set", "on_worker_failure=retry"], "must be one of 'raise', 'ignore', 'restart'"),
+    (["train", "--algo", "ppo", "--set", "minibatch_size=4096"], "minibatch_size (4096) must be <= train_batch_size"),
+    (["train", "--algo", "ppo", "--set", "lr"], "--set takes FIELD=VALUE, got 'lr'"),
+    (["train", "--algo", "ppo", "--set", "=0.1"], "--set takes FIELD=VALUE, got '=0.1'"),
+    (["train", "--algo", "ppo", "--set", "lr="], "PPOConfig.lr must be float, got ''"),
+    (["train", "--algo", "ppo", "--set", "env_config={oops"], "PPOConfig.env_config must be dict, got '{oops'"),
+    (["train", "--algo", "ppo", "--set", "env_config=[1]"], "PPOConfig.env_config must be dict, got '[1]'"),
+    (["train", "--algo", "ppo", "--set", "hidden_sizes=a,b"], "PPOConfig.hidden_sizes must be tuple"),
+    (["train", "--algo", "ppo", "--set", "rollout=3"], "PPOConfig.rollout must be RolloutConfig"),
+    (
+        ["train", "--algo", "ppo", "--set", "num_envs_per_worker=1000000000"],
+        "PPOConfig.num_envs_per_worker must satisfy 1 <= value <= 10000, got 1000000000",
+    ),
+    (["train", "--algo", "ppo", "--set", "model=nowhere:Net"], "Model 'nowhere:Net' cannot be imported"),
+    (["train", "--algo", "ppo", "--seed", "-1"], "PPOConfig.seed must satisfy 0 <= value, got -1"),
+    (["train", "--algo", "ppo", "--seed", "x"], "train: argument --seed: invalid int value: 'x'"),
+    (["train", "--algo", "ppo", "--num-workers", "-1"], "PPOConfig.num_workers must satisfy 0 <= value, got -1"),
+    (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--num-seeds", "0"], "num_seeds must satisfy 0 < value"),
+    (["train", "--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
+    (["train", "--algo", "ppo", "--stop", "reward=1"], "--stop takes KEY=NUMBER with KEY one of"),
+    (["train", "--algo", "ppo", "--stop", "time_s=soon"], "--stop time_s needs a number, got 'soon'"),
+    (["train", "--algo", "ppo", "--stop", "episode_return_mean=nan"], "needs a finite number, got nan"),
+    (["train", "--algo", "ppo", "--stop", "env_steps_sampled=inf"], "needs a finite number, got inf"),
+    (["train", "--algo", "ppo", "--stop", "training_iteration=0"], "--stop training_iteration must be above 0"),
+    (
+        ["train", "--algo", "ppo", "--stop", "time_s=5", "--stop", "time_s=9"],
+        "--stop time_s is given twice (5 and 9)",
+    ),
+    (["train", "--algo", "ppo", "--checkpoint-every", "-1"], "--checkpoint-every: must be an integer >= 0, got '-1'"),
+    (["train", "--algo", "ppo", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
+    (
+        ["train", "--algo", "ppo", "--mode", "device"],
+        "PPOConfig.mode='device' is not possible: 'CartPole-v1' is not a JAX environment",
+    ),
+    (["train", "--algo", "a3c", "--env", "gymnax/CartPole-v1", "--mode", "device"], "A3C has no device mode"),
+    (
+        ["train", "--algo", "ppo", "--env", "brax/inverted_pendulum", "--set", 'env_config={"backend": "physx"}'],
+        "brax/inverted_pendulum: env_config backend='physx' is not a brax pipeline; allowed: generalized, mjx",
+    ),
+    (
+        ["train", "--algo", "dqn", "--env", "Pendulum-v1"],
+        "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
+        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3",
+    ),
+    (["train", "--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
+    (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"], "--sweep takes FIELD=V1,V2,..."),
+    (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "num_epochs=1,2"], "is not a float field"),
+    (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=1e-3,inf"], "lr must be a finite"),
+    (["train", "--algo", "ppo", "--address", "nowhere"], "--address 'nowhere': expected HOST:PORT"),
+    (["train", "--algo", "ppo", "--address", "127.0.0.1:1"], "--address '127.0.0.1:1': no Ray cluster answers"),
+    (["train"], "train needs --algo NAME, --multiagent FILE or --resume LOGDIR"),
+    (["train", "--algo"], "train: argument --algo: expected one argument"),
+    (["train", "--algo", "ppo", "--logdir", "{tmp}/run"], "already holds a run (config.json, progress.jsonl)"),
+    (["train", "--algo", "ppo", "--logdir", "{tmp}/list.json"], "is a file, not a directory"),
+    (["train", "--resume", "{tmp}/empty"], "No checkpoint under {tmp}/empty"),
+    (["train", "--resume", "{tmp}/run", "--overwrite"], "--overwrite replaces a run and --resume continues one"),
+    (["train", "--resume", "{tmp}/run", "--algo", "ppo"], "leave out --algo and --multiagent"),
+    (["train", "--algo", "ppo", "--multiagent", "{tmp}/a3c.json"], "leave out --algo"),
+    (["train", "--multiagent", "{tmp}/missing.json"], "missing.json: cannot be read as a JSON file (No such file"),
+    (["train", "--multiagent", "{tmp}/empty"], "empty: cannot be read as a JSON file (Is a directory)"),
+    (["train", "--multiagent", "{tmp}/broken.json"], "broken.json: not valid JSON"),
+    (["train", "--multiagent", "{tmp}/list.json"], "list.json: a MultiAgentConfig is a JSON object of its fields"),
+    (["train", "--multiagent", "{tmp}/ppx.json"], "Unknown algorithm 'PPX'"),
+    (["train", "--multiagent", "{tmp}/a3c.json"], "A3C cannot train a policy of a multi-agent run"),
+    (["evaluate", "--checkpoint", "{tmp}/missing"], "--checkpoint '{tmp}/missing': no such file or directory"),
+    (["evaluate", "--checkpoint", "{tmp}/empty"], "No checkpoint under {tmp}/empty"),
+    (["evaluate", "--checkpoint", "{tmp}/empty", "--episodes", "0"], "--episodes: must be an integer >= 1, got '0'"),
+    (["evaluate", "--checkpoint", "{tmp}/empty", "--episodes", "-5"], "--episodes: must be an integer >= 1"),
+    (["evaluate", "--checkpoint", "{tmp}/empty", "--seed", "-3"], "--seed: must be an integer >= 0, got '-3'"),
+    (["evaluate"], "evaluate: the following arguments are required: --checkpoint"),
+    (["fit"], "argument command: invalid choice: 'fit'"),
+    ([], "the following arguments are required: command"),
+]
+
+
+@pytest.fixture
+def files(tmp_path):
+    for name, text in MULTIAGENT_FILES.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "run" / "progress.jsonl").write_text("")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, message", BAD_INPUT)
+def test_bad_input_fails_early_in_one_line(no_ray, files, capsys, argv, message):
+    """Exit status 2 and one line on stderr naming the problem; no traceback, and Ray never starts."""
+    assert cli.main([a.replace("{tmp}", str(files)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxflow: error: ") and err.endswith("\n") and err.count("\n") == 1, err
+    assert message.replace("{tmp}", str(files)) in err and "Traceback" not in err
+
+
+def test_debug_shows_the_traceback_and_internal_errors_keep_theirs(no_ray, monkeypatch, capsys):
+    for argv in (["--debug", "train", "--algo", "PPX"], ["train", "--algo", "PPX", "--debug"]):
+        with pytest.raises(ConfigError, match="Unknown algorithm 'PPX'"):
+            cli.main(argv)
+
+    # A bug of jaxflow's (here a KeyError) is no user error: its traceback, never a bare key.
+    def broken(*args):
+        raise KeyError("algorithm")
+
+    monkeypatch.setattr(cli, "_describe", broken)
+    with pytest.raises(KeyError):
+        cli.main(["train", "--algo", "PPO"])
+    assert capsys.readouterr().err == ""
+
+
+def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoint_000010").mkdir(parents=True)
+    for name in ("progress.jsonl", "config.json", "events.out.tfevents.1.host", "notes.txt"):
+        (run / name).write_text("x")
+    (run / ".tmp-checkpoint_000020-0a1b2c3d").mkdir()
+    (run / ".old-checkpoint_000010-0a1b2c3d").mkdir()
+    assert run_files(str(run)) == sorted(set(os.listdir(run)) - {"notes.txt"})
+    with pytest.raises(ConfigError, match="already holds a run"):
+        claim_logdir(str(run))
+    # The CLI clears the logdir before Ray would start (no_ray stops it there).
+    with pytest.raises(AssertionError, match="Ray was started"):
+        cli.main(["train", "--algo", "PPO", "--logdir", str(run), "--overwrite", "--quiet"])
+    assert os.listdir(run) == ["notes.txt"]
+    claim_logdir(str(run))  # a folder of other files is no run
 
 
 def test_list_names_algorithms_and_envs(capsys):
@@ -109,3 +226,66 @@ def test_train_runs_on_a_toy_text_env(ray_local, tmp_path, capsys):
     argv = ["--algo", "PPO", "--env", "FrozenLake-v1", "--num-workers", "1", "--stop", "training_iteration=1"]
     assert cli.main(["train", *argv, "--logdir", str(tmp_path), "--quiet"]) == 0
     assert "done: iteration 1, env steps 1,024" in capsys.readouterr().out
+
+
+TINY_PPO = dict(
+    num_workers=0,
+    num_envs_per_worker=2,
+    rollout_fragment_length=8,
+    train_batch_size=16,
+    minibatch_size=16,
+    num_epochs=1,
+)
+
+
+def _tensorboard_scalars(logdir, tag):
+    """``tag``'s (step, value) pairs as TensorBoard shows them: the event files in name order
+    (TFRecords: length, its CRC, an Event, its CRC), and a SessionLog START at step s
+    discarding the events read before it at steps >= s (TensorBoard's purge)."""
+    shown, raw = [], []
+    for name in sorted(n for n in os.listdir(logdir) if n.startswith("events.out.tfevents")):
+        data, pos = open(os.path.join(logdir, name), "rb").read(), 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4
+            if event.session_log.status == event_pb2.SessionLog.START:
+                shown = [(s, v) for s, v in shown if s < event.step]
+            found = [(event.step, v.simple_value) for v in event.summary.value if v.tag == tag]
+            shown += found
+            raw += found
+    return shown, raw
+
+
+def test_a_resumed_run_logs_each_iteration_and_step_once(ray_local, tmp_path):
+    """Trained to iteration 4 with a checkpoint at 2, restored from it and trained to 4 again:
+    progress.jsonl holds iterations 1..4 once, and TensorBoard one value per step."""
+    logdir, taken = str(tmp_path / "run"), tmp_path / "taken"
+    taken.mkdir()
+    (taken / "progress.jsonl").write_text("")
+    algo = Algorithm.build("PPO", **TINY_PPO)
+    # A new run (iteration 0) refuses a logdir holding a run, and bad arguments, before it trains.
+    with pytest.raises(ConfigError, match="already holds a run"):
+        train(algo, {"training_iteration": 4}, str(taken))
+    with pytest.raises(ConfigError, match="--stop time_s needs a finite number, got nan"):
+        train(algo, {"time_s": float("nan")}, logdir)
+    with pytest.raises(ConfigError, match="checkpoint_every must be an int >= 0"):
+        train(algo, {"training_iteration": 4}, logdir, checkpoint_every=-1)
+    first = train(algo, {"training_iteration": 4}, logdir, checkpoint_every=2, verbose=False)
+    algo.stop()
+    resumed = Algorithm.restore(os.path.join(logdir, "checkpoint_000002"))
+    assert resumed.iteration == 2
+    with pytest.raises(ConfigError, match="this algorithm continues one at iteration 2"):
+        train(resumed, {"training_iteration": 4}, logdir, overwrite=True)
+    second = train(resumed, {"training_iteration": 4}, logdir, checkpoint_every=2, verbose=False)
+    resumed.stop()
+
+    rows = [json.loads(line) for line in open(os.path.join(logdir, "progress.jsonl"))]
+    per_iteration = first["env_steps_sampled"] // 4
+    assert [r["training_iteration"] for r in rows] == [1, 2, 3, 4]
+    assert [r["env_steps_sampled"] for r in rows] == [per_iteration * i for i in range(1, 5)]
+    assert rows[-1]["env_steps_sampled"] == second["env_steps_sampled"]
+    shown, raw = _tensorboard_scalars(logdir, "training_iteration")
+    # Both runs wrote iterations 3 and 4; TensorBoard shows each step once, in order.
+    assert sorted(raw) == sorted([(per_iteration * i, float(i)) for i in (1, 2, 3, 4, 3, 4)])
+    assert shown == [(per_iteration * i, float(i)) for i in range(1, 5)]

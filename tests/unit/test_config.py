@@ -120,6 +120,36 @@ def test_unknown_field_suggests_the_closest():
     assert "Did you mean ['lr']" in msg
 
 
+def test_every_way_of_building_a_config_refuses_an_unknown_name_with_one_error():
+    """--set, make_config, replace_config, Algorithm.build and the constructor itself: the same
+    ConfigError (closest names, every field), never the dataclass's bare TypeError."""
+    from jaxflow import Algorithm
+
+    with pytest.raises(ConfigError) as err:
+        with_overrides(PPOConfig(), {"lrr": "0.1"})
+    expected = str(err.value)
+    for build in (
+        lambda: make_config(PPOConfig, lrr=0.1),
+        lambda: replace_config(PPOConfig(), lrr=0.1),
+        lambda: Algorithm.build("PPO", lrr=0.1),
+        lambda: Algorithm.build(PPOConfig(), lrr=0.1),
+        lambda: PPOConfig(lrr=0.1),
+    ):
+        with pytest.raises(ConfigError) as err:
+            build()
+        assert str(err.value) == expected
+    with pytest.raises(ConfigError, match=r"^RolloutConfig has no field 'num_worker'\. Did you mean \['num_workers', "):
+        RolloutConfig(num_worker=2)
+    with pytest.raises(ConfigError, match=r"'num_workers' lives in the group 'rollout'; make_config\(PPOConfig"):
+        PPOConfig(num_workers=2)
+    with pytest.raises(ConfigError, match=r"replace_config takes a config object such as PPOConfig\(\), got <class"):
+        Algorithm.build(PPOConfig, lr=0.1)
+    with pytest.raises(ConfigError, match=r"got the class PPOConfig; pass PPOConfig\(\)"):
+        Algorithm.build(PPOConfig)
+    with pytest.raises(ConfigError, match=r"PPOConfig\.optimizer must be OptimizerConfig, got None"):
+        make_config(PPOConfig, optimizer=None, lr=0.1)
+
+
 def test_wrong_type_names_the_field():
     with pytest.raises(ConfigError, match=r"PPOConfig\.num_workers must be int, got 'two'"):
         with_overrides(PPOConfig(), {"num_workers": "two"})

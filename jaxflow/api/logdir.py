@@ -1,0 +1,97 @@
+"""A run directory: what marks one, how a new run claims it, how a resumed run's logs continue.
+
+A new run never writes over an old one silently: :func:`claim_logdir` refuses a directory
+that holds jaxflow's files of a run unless told to replace it, and then removes only those
+files. A run resumed from a checkpoint at iteration N trains iterations N+1, ... again, so
+:func:`truncate_progress` drops the rows it is about to write again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from typing import Any
+
+from jaxflow.config.fields import ConfigError
+
+PROGRESS = "progress.jsonl"
+CONFIG = "config.json"
+
+_RUN_FILE = re.compile(
+    r"^(progress\.jsonl(\.tmp)?"  # progress.jsonl and a rewrite's leftover
+    r"|config\.json"
+    r"|events\.out\.tfevents\..*"  # TensorBoard
+    r"|(\.(tmp|old)-)?checkpoint_\d+(-[0-9a-f]+)?)$"  # checkpoints and their interrupted writes and replaces
+)
+"""The names of the files and folders jaxflow writes in a run directory, and only those."""
+
+SHOWN_FILES = 3
+"""How many of a run's files an error names before "..."."""
+
+
+def run_files(logdir: str) -> list[str]:
+    """The names of jaxflow's own files and folders of a run in ``logdir``, sorted ([] if none)."""
+    if not os.path.isdir(logdir):
+        return []
+    return sorted(name for name in os.listdir(logdir) if _RUN_FILE.match(name))
+
+
+def claim_logdir(logdir: str, overwrite: bool = False) -> None:
+    """Makes ``logdir`` ready for a new run, or raises :class:`ConfigError`.
+
+    A directory that holds a run (``progress.jsonl``, ``config.json``, TensorBoard events or
+    checkpoints) is refused unless ``overwrite``, which removes those files and nothing else.
+    """
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise ConfigError(f"logdir {logdir!r} is a file, not a directory.")
+    found = run_files(logdir)
+    if found and not overwrite:
+        shown = ", ".join(found[:SHOWN_FILES]) + (", ..." if len(found) > SHOWN_FILES else "")
+        raise ConfigError(
+            f"logdir {logdir!r} already holds a run ({shown}): continue it with --resume {logdir} "
+            "(Algorithm.restore), pick a new directory, or replace it with --overwrite (overwrite=True)."
+        )
+    for name in found:
+        path = os.path.join(logdir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+    try:
+        os.makedirs(logdir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"logdir {logdir!r} cannot be created ({e.strerror or e}).") from e
+    if not os.access(logdir, os.W_OK):
+        raise ConfigError(f"logdir {logdir!r} is not writable.")
+
+
+def truncate_progress(logdir: str, iteration: int) -> int:
+    """Drops the rows of ``progress.jsonl`` past ``iteration`` (those a run resumed from its
+    checkpoint at ``iteration`` writes again) and any row cut short by a killed run; the file
+    is rewritten whole or not at all (a temporary file renamed over it). Returns the rows dropped."""
+    path = os.path.join(logdir, PROGRESS)
+    if not os.path.exists(path):
+        return 0
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    keep = [line for line in lines if _kept(line, iteration)]
+    if len(keep) == len(lines):
+        return 0
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in keep))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return len(lines) - len(keep)
+
+
+def _kept(line: str, iteration: int) -> bool:
+    try:
+        row: Any = json.loads(line)
+    except json.JSONDecodeError:  # the last row of a run killed while writing it
+        return False
+    done = row.get("training_iteration") if isinstance(row, dict) else None
+    return not isinstance(done, (int, float)) or done <= iteration
