@@ -45,7 +45,7 @@ class Algorithm:
         self.mode = resolve_mode(config, self.spec)
         self.program: Program = program or build_program(config, self.spec)
         self._results = self.program.results()
-        if config.evaluation_interval:
+        if getattr(config, "evaluation_interval", 0):  # multi-agent configs have no such field
             self._results = self._results.for_each(PeriodicEvaluation(self.program, config))
         self.last_result: dict[str, Any] | None = None
 

@@ -1,4 +1,4 @@
-"""``jaxflow`` command line: train, evaluate, list."""
+"""``jaxflow`` command line: train, evaluate, export, plot, list."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxflow.api.logdir import claim_logdir
+from jaxflow.api.loggers import DEFAULT_LOGGERS, LOGGERS, parse_loggers
+from jaxflow.api.plot import X_KEYS
 from jaxflow.api.user_errors import Parser, check_evaluate, check_train, int_at_least, one_line, user_errors
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import load_config_file, with_overrides
@@ -36,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="stop at the first condition met; repeatable (training_iteration, env_steps_sampled, "
-        "episode_return_mean, time_s)",
+        "episode_return_mean, time_s, evaluation/episode_return_mean with --set evaluation_interval=N)",
     )
     t.add_argument(
         "--set",
@@ -78,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON",
     )
+    t.add_argument(
+        "--logger",
+        default=",".join(DEFAULT_LOGGERS),
+        help=f"where results go besides the console: a comma-separated list out of {', '.join(LOGGERS)} "
+        "(wandb and mlflow need their extras: pip install 'jaxflow-rl[wandb]')",
+    )
     t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
     t.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -85,9 +93,20 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     e.add_argument("--episodes", type=int_at_least(1), default=10)
     e.add_argument("--seed", type=int_at_least(0))
+    e.add_argument("--video", metavar="DIR", help="also record each episode as DIR/episode_<k>.mp4")
+
+    x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
+    x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
+
+    pl = sub.add_parser("plot", help="learning curves of run directories")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("--metric", default="episode_return_mean")
+    pl.add_argument("--x", default="env_steps_sampled", choices=X_KEYS)
+    pl.add_argument("--out", default="curves.png", help="the image to write (.png, .svg, .pdf)")
 
     ls = sub.add_parser("list", help="algorithms and environments available")
-    for command in (t, e, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
+    for command in (t, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -167,7 +186,15 @@ def _train(args: argparse.Namespace) -> int:
             init_ray(args.address)
         algo = Algorithm(config, spec)
     try:
-        result = train(algo, stop, logdir, args.checkpoint_every, verbose=not args.quiet, overwrite=args.overwrite)
+        result = train(
+            algo,
+            stop,
+            logdir,
+            args.checkpoint_every,
+            verbose=not args.quiet,
+            overwrite=args.overwrite,
+            loggers=parse_loggers(args.logger),
+        )
     finally:
         algo.stop()
     print(
@@ -204,10 +231,26 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
         return 0
     config, policy, params, normalizer = load_policy(args.checkpoint)
-    out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer)
+    out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer, args.video)
     print(
         f"{config.env}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
+        + (f"; videos in {args.video}" if args.video else "")
     )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from jaxflow.api.export import export_policy
+
+    print(f"jaxflow: exported the greedy policy to {export_policy(args.checkpoint, args.out)}")
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from jaxflow.api.plot import plot_runs
+
+    plot_runs(args.runs, args.metric, args.x, args.out)
+    print(f"jaxflow: {len(args.runs)} learning curve{'s' if len(args.runs) > 1 else ''} of {args.metric} in {args.out}")
     return 0
 
 
@@ -237,10 +280,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         if args.command == "train":
             check_train(args)
+            parse_loggers(args.logger)  # names checked before anything starts
             return _train(args)
         if args.command == "evaluate":
             check_evaluate(args)
             return _evaluate(args)
+        if args.command == "export":
+            check_evaluate(args)
+            return _export(args)
+        if args.command == "plot":
+            return _plot(args)
         return _list()
     except user_errors() as e:
         if args is not None and args.debug:  # --debug: the traceback, for a bug report

@@ -23,6 +23,7 @@ _RUN_FILE = re.compile(
     r"^(progress\.jsonl(\.tmp)?"  # progress.jsonl and a rewrite's leftover
     r"|config\.json"
     r"|events\.out\.tfevents\..*"  # TensorBoard
+    r"|wandb|mlruns"  # the trackers' local files (W&B offline runs, MLflow's file store)
     r"|(\.(tmp|old)-)?checkpoint_\d+(-[0-9a-f]+)?)$"  # checkpoints and their interrupted writes and replaces
 )
 """The names of the files and folders jaxflow writes in a run directory, and only those."""

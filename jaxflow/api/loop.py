@@ -10,11 +10,19 @@ from typing import Any
 
 from jaxflow.api.algorithm import Algorithm
 from jaxflow.api.logdir import CONFIG, claim_logdir, truncate_progress
+from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter, tensorboard_step
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
 
-STOP_KEYS = ("training_iteration", "env_steps_sampled", "episode_return_mean", "time_s")
+STOP_KEYS = (
+    "training_iteration",
+    "env_steps_sampled",
+    "episode_return_mean",
+    "time_s",
+    "evaluation/episode_return_mean",
+)
+"""What a run can stop on; ``evaluation/...`` (with ``evaluation_interval`` set) once an evaluation reports it."""
 COUNTER_KEYS = ("training_iteration", "env_steps_sampled", "time_s")
 """Stop keys that only grow from 0: a bound at or below 0 would stop after the first iteration."""
 
@@ -50,8 +58,15 @@ def check_stop(stop: Mapping[str, float]) -> None:
 
 
 def should_stop(result: Mapping[str, Any], stop: Mapping[str, float]) -> bool:
-    """True once any stop condition is met (``result[key] >= value``)."""
-    return any(not math.isnan(float(result[k])) and float(result[k]) >= v for k, v in stop.items())
+    """True once any stop condition is met (``result[key] >= value``; a nested key such as
+    ``evaluation/episode_return_mean`` where that result has it)."""
+    for key, bound in stop.items():
+        value: Any = result
+        for part in key.split("/"):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value is not None and not math.isnan(float(value)) and float(value) >= bound:
+            return True
+    return False
 
 
 def train(
@@ -61,6 +76,7 @@ def train(
     checkpoint_every: int = 10,
     verbose: bool = True,
     overwrite: bool = False,
+    loggers: Sequence[str] = DEFAULT_LOGGERS,
 ) -> dict[str, Any]:
     """Trains until a stop condition holds; logs to ``logdir`` and checkpoints there
     every ``checkpoint_every`` iterations (0: only at the end) and at the end. A result of
@@ -69,14 +85,16 @@ def train(
     A new run (``algo`` at iteration 0) refuses a ``logdir`` that holds a run, unless
     ``overwrite`` replaces that run's files (a new run's option only). A restored run (iteration N > 0) continues the
     logs there: rows of ``progress.jsonl`` past N are dropped and TensorBoard purges the steps
-    after the checkpoint's, so every iteration and step is logged once.
+    after the checkpoint's, so every iteration and step is logged once. ``loggers`` (out of
+    :data:`~jaxflow.api.loggers.LOGGERS`) choose where results go besides the console.
     """
     if not stop:
         raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
     check_stop(stop)
+    loggers = parse_loggers(",".join(loggers)) if loggers else ()
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
-    writers: list[Any] = _log_writers(algo, logdir, overwrite) if logdir else []
+    writers: list[Any] = _log_writers(algo, logdir, overwrite, loggers) if logdir else []
     if verbose:
         writers.append(ConsoleProgress(stop))
     result: dict[str, Any] = {}
@@ -93,19 +111,26 @@ def train(
                 and checkpoint_every
                 and result["training_iteration"] // checkpoint_every > last_saved // checkpoint_every
             ):
-                algo.save(logdir)
+                _save(algo, logdir, writers)
                 last_saved = result["training_iteration"]
         if logdir:
-            algo.save(logdir)
+            _save(algo, logdir, writers)
     finally:
         for w in writers:
             w.close()
     return result
 
 
-def _log_writers(algo: Algorithm, logdir: str, overwrite: bool) -> list[Any]:
+def _save(algo: Algorithm, logdir: str, writers: Sequence[Any]) -> None:
+    path = algo.save(logdir)
+    for w in writers:
+        if hasattr(w, "checkpoint"):  # trackers keep checkpoints as artifacts
+            w.checkpoint(path)
+
+
+def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequence[str]) -> list[Any]:
     """Claims ``logdir`` for a new run, or continues a restored run's logs there; writes
-    ``config.json`` and opens progress.jsonl and TensorBoard."""
+    ``config.json`` and opens the ``loggers``' writers."""
     purge_step = None
     if algo.iteration and overwrite:  # its checkpoints may be the ones overwrite would remove
         raise ConfigError(
@@ -119,6 +144,13 @@ def _log_writers(algo: Algorithm, logdir: str, overwrite: bool) -> list[Any]:
         truncate_progress(logdir, algo.iteration)
         # The restored step was written before the checkpoint; the next result's is later.
         purge_step = tensorboard_step(algo.context.counters) + 1
+    saved = {"algorithm": algo.spec.name, "config": to_json_dict(algo.config)}
     with open(os.path.join(logdir, CONFIG), "w", encoding="utf-8") as f:
-        json.dump({"algorithm": algo.spec.name, "config": to_json_dict(algo.config)}, f, indent=1)
-    return [JsonLinesWriter(logdir), TensorBoardWriter(logdir, purge_step)]
+        json.dump(saved, f, indent=1)
+    make = {
+        "jsonl": lambda: JsonLinesWriter(logdir),
+        "tensorboard": lambda: TensorBoardWriter(logdir, purge_step),
+        "wandb": lambda: WandbWriter(logdir, saved),
+        "mlflow": lambda: MLflowWriter(logdir, saved),
+    }
+    return [make[name]() for name in loggers]

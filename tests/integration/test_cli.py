@@ -121,6 +121,12 @@ BAD_INPUT = [
     (["evaluate", "--checkpoint", "{tmp}/empty", "--episodes", "-5"], "--episodes: must be an integer >= 1"),
     (["evaluate", "--checkpoint", "{tmp}/empty", "--seed", "-3"], "--seed: must be an integer >= 0, got '-3'"),
     (["evaluate"], "evaluate: the following arguments are required: --checkpoint"),
+    (["train", "--algo", "ppo", "--logger", "tensorbord"], "--logger takes a comma-separated list out of"),
+    (["train", "--algo", "ppo", "--stop", "evaluation/episode_return_mean=inf"], "needs a finite number"),
+    (["export", "--checkpoint", "{tmp}/missing", "--out", "{tmp}/x"], "--checkpoint '{tmp}/missing': no such file"),
+    (["export", "--checkpoint", "{tmp}/empty", "--out", "{tmp}/x"], "No checkpoint under {tmp}/empty"),
+    (["plot", "{tmp}/empty"], "is not a run directory: it has no progress.jsonl"),
+    (["plot", "{tmp}/run", "--x", "steps"], "argument --x: invalid choice: 'steps'"),
     (["fit"], "argument command: invalid choice: 'fit'"),
     ([], "the following arguments are required: command"),
 ]

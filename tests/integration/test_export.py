@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from jaxflow import Algorithm
+from jaxflow.api import cli
 from jaxflow.api.algorithm import load_policy
 from jaxflow.api.export import DESCRIPTION_FILE, export_policy
 from jaxflow.rollout.normalize import normalize_observations
@@ -50,7 +51,11 @@ def test_exported_policy_acts_as_evaluate_does_without_jaxflow(tmp_path, env, fi
     if train:
         algo.train()
     algo.save(str(tmp_path / "run"))
-    out = export_policy(str(tmp_path / "run"), str(tmp_path / "export"))
+    if train:
+        out = export_policy(str(tmp_path / "run"), str(tmp_path / "export"))
+    else:  # through the command line
+        assert cli.main(["export", "--checkpoint", str(tmp_path / "run"), "--out", str(tmp_path / "export")]) == 0
+        out = str(tmp_path / "export")
     obs = np.random.default_rng(0).normal(0.0, 2.0, (NUM_OBS, obs_dim)).astype(np.float32)
     np.save(tmp_path / "obs.npy", obs)
     subprocess.run(

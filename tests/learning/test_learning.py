@@ -57,26 +57,34 @@ def test_dqn_reaches_450_within_200k_steps(ray_local):
 
 def test_apex_greedy_policy_reaches_400_within_500k_steps(ray_local):
     """Ape-X's training returns mix its actors' exploration rates (0.4 and 0.4^8 with
-    two actors), so the learned policy is judged greedily, as in the paper's evaluation.
-    A rate limiter fixes the replay ratio at 4, so the result does not hang on how fast
-    the learner thread runs next to the actors on this machine. The run is asynchronous, so its
-    step count varies: 41k-200k in most runs here, but one fresh-clone CI run had only reached
-    261 by 300k, hence a 500k budget."""
+    two actors), so the learned policy is judged greedily, as in the paper's evaluation:
+    evaluation during training (10 greedy episodes every 4 iterations of 5k env steps, in an
+    actor of its own) and a stop on its return. A rate limiter fixes the replay ratio at 4,
+    so the result does not hang on how fast the learner thread runs next to the actors on
+    this machine. The run is asynchronous, so its step count varies: 41k-200k in most runs
+    here, but one fresh-clone CI run had only reached 261 by 300k, hence a 500k budget."""
     algo = Algorithm.build(
-        "APEX", env="CartPole-v1", num_workers=2, num_replay_shards=2, samples_per_insert=4.0, seed=0
+        "APEX",
+        env="CartPole-v1",
+        num_workers=2,
+        num_replay_shards=2,
+        samples_per_insert=4.0,
+        seed=0,
+        evaluation_interval=4,
+        evaluation_episodes=10,
     )
     try:
-        best, next_eval = 0.0, 20_000
-        while algo.last_result is None or algo.last_result["env_steps_sampled"] < 500_000:
-            result = algo.train()
-            if result["env_steps_sampled"] >= next_eval:  # 10 greedy episodes every 20k env steps
-                best, next_eval = max(best, algo.evaluate(episodes=10)["return_mean"]), next_eval + 20_000
-            if best >= 400:
-                break
+        result = train(algo, {"evaluation/episode_return_mean": 400.0, "env_steps_sampled": 500_000}, verbose=False)
         stats = algo.replay.stats()
     finally:
         algo.stop()
-    assert best >= 400.0, result
+    evaluation = result.get("evaluation", {})
+    assert evaluation.get("episode_return_mean", 0.0) >= 400.0, result
+    assert evaluation["episodes"] == 10 and evaluation["training_iteration"] <= result["training_iteration"]
+    assert evaluation["env_steps_sampled"] <= result["env_steps_sampled"]  # its policy is that of an earlier iteration
+    assert (
+        result["episode_return_mean"] < evaluation["episode_return_mean"]
+    )  # the actors explore; the greedy policy does not
     assert result["num_healthy_workers"] == 2 and len(stats) == 2
     assert all(s["size"] > 0 for s in stats)
     assert result["num_weight_syncs"] > 0 and result["learner"]["mean_abs_td_error"] > 0

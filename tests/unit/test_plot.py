@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jaxflow.api import cli
 from jaxflow.api.plot import curve, plot_runs
 from jaxflow.api.writers import JsonLinesWriter
 from jaxflow.config.fields import ConfigError
@@ -86,3 +87,12 @@ def test_a_directory_without_progress_is_not_a_run(tmp_path):
     (tmp_path / "progress.jsonl").write_text('{"training_iteration": 1}\nnot json\n')
     with pytest.raises(ConfigError, match="progress.jsonl, line 2: not a result row"):
         curve(str(tmp_path), "episode_return_mean")
+
+
+def test_the_cli_plots_runs_and_refuses_a_directory_without_one(runs, tmp_path, capsys):
+    out = tmp_path / "curves.svg"
+    assert cli.main(["plot", *runs, "--x", "time_s", "--out", str(out)]) == 0
+    assert out.read_text().lstrip().startswith("<?xml") and "2 learning curves" in capsys.readouterr().out
+    assert cli.main(["plot", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a run directory: it has no progress.jsonl" in err
