@@ -11,8 +11,9 @@ import numpy as np
 
 from jaxflow import ReportMetrics, from_actors
 from jaxflow.algorithms.maml.config import MAMLConfig
+from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.dataflow.iterators import LocalIterator, Operator
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
+from jaxflow.ops.metrics import Context
 
 if TYPE_CHECKING:
     from jaxflow.algorithms.maml.program import MAMLProgram

@@ -1,25 +1,52 @@
 """The user-facing API: Algorithm, the spec and registry, the training loop, checkpoints
-and the command line."""
+and the command line.
 
-from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
-from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, restore_state, save, verify
-from jaxflow.api.cli import MODES, main
-from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
-from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program
-from jaxflow.api.ray_program import RayProgram, build_learner, init_ray
-from jaxflow.api.registry import (
-    ENTRY_POINT_GROUP,
-    device_algorithms,
-    get_algorithm,
-    list_algorithms,
-    multiagent_algorithms,
-    register_algorithm,
-    spec_of,
-)
-from jaxflow.api.restore import plan_restore, state_template
-from jaxflow.api.spaces import check_observation_space, check_spaces, env_spaces
-from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
-from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
+Names load on first use (PEP 562), as in :mod:`jaxflow`: the command line imports only what
+the command it runs needs, so ``jaxflow --help`` starts no JAX or Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_NAMES_BY_MODULE: dict[str, str] = {
+    "jaxflow.api.algorithm": "Algorithm find_checkpoint load_policy",
+    "jaxflow.api.checkpoint": "FORMAT_VERSION CheckpointError latest load_meta restore_state save verify",
+    "jaxflow.api.cli": "MODES main",
+    "jaxflow.api.loop": "STOP_KEYS parse_stop should_stop train",
+    "jaxflow.api.program": "CheckpointFiles Program build_program resolve_mode standard_program",
+    "jaxflow.api.ray_program": "RayProgram build_learner init_ray",
+    "jaxflow.api.registry": "ENTRY_POINT_GROUP device_algorithms get_algorithm list_algorithms multiagent_algorithms register_algorithm spec_of",
+    "jaxflow.api.restore": "plan_restore state_template",
+    "jaxflow.api.spaces": "check_observation_space check_spaces env_spaces",
+    "jaxflow.api.spec": "AlgorithmSpec LearnerHooks RunHooks WorkerHooks",
+    "jaxflow.api.writers": "ConsoleProgress JsonLinesWriter TensorBoardWriter",
+}
+_EXPORTS = {name: module for module, names in _NAMES_BY_MODULE.items() for name in names.split()}
+"""Each public name and the module it loads from on first use."""
+
+if TYPE_CHECKING:
+    from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
+    from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, restore_state, save, verify
+    from jaxflow.api.cli import MODES, main
+    from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
+    from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program
+    from jaxflow.api.ray_program import RayProgram, build_learner, init_ray
+    from jaxflow.api.registry import (
+        ENTRY_POINT_GROUP,
+        device_algorithms,
+        get_algorithm,
+        list_algorithms,
+        multiagent_algorithms,
+        register_algorithm,
+        spec_of,
+    )
+    from jaxflow.api.restore import plan_restore, state_template
+    from jaxflow.api.spaces import check_observation_space, check_spaces, env_spaces
+    from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
+    from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
+
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -66,3 +93,16 @@ __all__ = [
     "train",
     "verify",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jaxflow.api' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -291,8 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plot":
             return _plot(args)
         return _list()
-    except user_errors() as e:
-        if args is not None and args.debug:  # --debug: the traceback, for a bug report
+    except Exception as e:  # not SystemExit (--help), which must not import what user_errors() names
+        if not isinstance(e, user_errors()) or (args is not None and args.debug):  # --debug: the traceback
             raise
         print(f"jaxflow: error: {one_line(e)}", file=sys.stderr)
         return 2

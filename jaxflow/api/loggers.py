@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxflow.api.writers import _scalars
+from jaxflow.config.constants import ENV_STEPS_SAMPLED
 from jaxflow.config.fields import ConfigError
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
 
 LOGGERS = ("tensorboard", "jsonl", "wandb", "mlflow")
 DEFAULT_LOGGERS = ("tensorboard", "jsonl")

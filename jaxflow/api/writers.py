@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
+from jaxflow.config.constants import ENV_STEPS_SAMPLED
 
 
 def _scalars(result: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

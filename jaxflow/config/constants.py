@@ -42,3 +42,13 @@ def worker_seed(seed: int, index: int, incarnation: int = 0) -> int:
         1020000
     """
     return seed + WORKER_SEED_STRIDE * index + INCARNATION_SEED_STRIDE * incarnation
+
+
+# Standard result keys (DESIGN.md): here, with the constants, so that writers and the command
+# line name them without importing the engine's operators.
+ENV_STEPS_SAMPLED = "env_steps_sampled"
+ENV_STEPS_TRAINED = "env_steps_trained"
+NUM_UPDATES = "num_updates"
+NUM_WEIGHT_SYNCS = "num_weight_syncs"
+TRAINING_ITERATION = "training_iteration"
+"""Rollout-and-update iterations so far, the same unit in every kind of run."""

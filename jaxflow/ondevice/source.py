@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.dataflow.iterators import LocalIterator, from_iterator
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES, Context
+from jaxflow.ops.metrics import Context
 
 if TYPE_CHECKING:
     from jaxflow.ondevice.program import DeviceProgram

@@ -1,15 +1,14 @@
 """RL operators, the CapWords pieces plans are written in (RLlib Flow's vocabulary),
 grouped by concern: rollout, train, replay, queue, report, multi-agent."""
 
-from jaxflow.ops.metrics import (
+from jaxflow.config.constants import (
     ENV_STEPS_SAMPLED,
     ENV_STEPS_TRAINED,
     NUM_UPDATES,
     NUM_WEIGHT_SYNCS,
     TRAINING_ITERATION,
-    Context,
-    EpisodeWindow,
 )
+from jaxflow.ops.metrics import Context, EpisodeWindow
 from jaxflow.ops.multiagent_ops import (
     CountPolicyUpdates,
     PolicySlot,

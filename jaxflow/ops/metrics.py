@@ -16,20 +16,6 @@ import numpy as np
 
 from jaxflow.dataflow.context import FlowContext
 
-# Standard result keys (DESIGN.md).
-ENV_STEPS_SAMPLED = "env_steps_sampled"
-
-
-ENV_STEPS_TRAINED = "env_steps_trained"
-
-
-NUM_UPDATES = "num_updates"
-
-
-NUM_WEIGHT_SYNCS = "num_weight_syncs"
-TRAINING_ITERATION = "training_iteration"
-"""Rollout-and-update iterations so far, the same unit in every kind of run."""
-
 
 class EpisodeWindow:
     """The most recent episodes of one agent: returns, lengths, and how many ended in all."""

@@ -8,15 +8,15 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from jaxflow.dataflow.iterators import LocalIterator
-from jaxflow.ops.metrics import (
+from jaxflow.config.constants import (
     ENV_STEPS_SAMPLED,
     ENV_STEPS_TRAINED,
     NUM_UPDATES,
     NUM_WEIGHT_SYNCS,
     TRAINING_ITERATION,
-    Context,
 )
+from jaxflow.dataflow.iterators import LocalIterator
+from jaxflow.ops.metrics import Context
 from jaxflow.rollout.worker_set import WorkerSet
 
 

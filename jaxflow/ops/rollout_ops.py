@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxflow.config.constants import ENV_STEPS_SAMPLED
 from jaxflow.dataflow.actors import ParallelIterator
 from jaxflow.dataflow.iterators import Operator
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, Context
+from jaxflow.ops.metrics import Context
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, concat_batches
 from jaxflow.rollout.worker_set import WorkerSet
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from jaxflow.config.constants import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS
 from jaxflow.dataflow.iterators import Operator
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.sgd import target_fraction
-from jaxflow.ops.metrics import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS, Context
+from jaxflow.ops.metrics import Context
 from jaxflow.ops.rollout_ops import RecordSampled
 from jaxflow.rollout.batch import Batch, GradientsResult, SampleBatch
 from jaxflow.rollout.worker import RolloutWorker

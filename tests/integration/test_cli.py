@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import struct
+import subprocess
+import sys
 
 import pytest
 from tensorboardX.proto import event_pb2
@@ -295,3 +297,13 @@ def test_a_resumed_run_logs_each_iteration_and_step_once(ray_local, tmp_path):
     # Both runs wrote iterations 3 and 4; TensorBoard shows each step once, in order.
     assert sorted(raw) == sorted([(per_iteration * i, float(i)) for i in (1, 2, 3, 4, 3, 4)])
     assert shown == [(per_iteration * i, float(i)) for i in range(1, 5)]
+
+
+def test_help_imports_neither_jax_nor_ray():
+    """``jaxflow --help`` answers at once: the command line loads the engine only for a command."""
+    script = (
+        "import sys\nfrom jaxflow.api.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('jax', 'ray', 'gymnasium', 'jaxflow.envs') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
