@@ -13,6 +13,7 @@ from typing import Any
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.loggers import DEFAULT_LOGGERS, LOGGERS, parse_loggers
 from jaxflow.api.plot import X_KEYS
+from jaxflow.api.retention import DEFAULT_KEEP
 from jaxflow.api.user_errors import Parser, check_evaluate, check_train, int_at_least, one_line, user_errors
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import load_config_file, with_overrides
@@ -62,6 +63,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int_at_least(0),
         default=10,
         help="iterations between checkpoints (0: at the end only)",
+    )
+    t.add_argument(
+        "--keep-checkpoints",
+        type=int_at_least(0),
+        default=DEFAULT_KEEP,
+        help="keep the newest N checkpoints and the best one (best_checkpoint.json names it); 0: keep all",
     )
     t.add_argument(
         "--mode",
@@ -194,6 +201,7 @@ def _train(args: argparse.Namespace) -> int:
             verbose=not args.quiet,
             overwrite=args.overwrite,
             loggers=parse_loggers(args.logger),
+            keep_checkpoints=args.keep_checkpoints,
         )
     finally:
         algo.stop()

@@ -22,6 +22,7 @@ CONFIG = "config.json"
 _RUN_FILE = re.compile(
     r"^(progress\.jsonl(\.tmp)?"  # progress.jsonl and a rewrite's leftover
     r"|config\.json"
+    r"|\.?best_checkpoint\.json(\.tmp)?"  # which checkpoint scored best (api/retention.py)
     r"|events\.out\.tfevents\..*"  # TensorBoard
     r"|wandb|mlruns"  # the trackers' local files (W&B offline runs, MLflow's file store)
     r"|(\.(tmp|old)-)?checkpoint_\d+(-[0-9a-f]+)?)$"  # checkpoints and their interrupted writes and replaces

@@ -11,6 +11,7 @@ from typing import Any
 from jaxflow.api.algorithm import Algorithm
 from jaxflow.api.logdir import CONFIG, claim_logdir, truncate_progress
 from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
+from jaxflow.api.retention import DEFAULT_KEEP, prune_checkpoints
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter, tensorboard_step
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
@@ -77,6 +78,7 @@ def train(
     verbose: bool = True,
     overwrite: bool = False,
     loggers: Sequence[str] = DEFAULT_LOGGERS,
+    keep_checkpoints: int = DEFAULT_KEEP,
 ) -> dict[str, Any]:
     """Trains until a stop condition holds; logs to ``logdir`` and checkpoints there
     every ``checkpoint_every`` iterations (0: only at the end) and at the end. A result of
@@ -86,7 +88,9 @@ def train(
     ``overwrite`` replaces that run's files (a new run's option only). A restored run (iteration N > 0) continues the
     logs there: rows of ``progress.jsonl`` past N are dropped and TensorBoard purges the steps
     after the checkpoint's, so every iteration and step is logged once. ``loggers`` (out of
-    :data:`~jaxflow.api.loggers.LOGGERS`) choose where results go besides the console.
+    :data:`~jaxflow.api.loggers.LOGGERS`) choose where results go besides the console. After
+    each save only the newest ``keep_checkpoints`` checkpoints and the best one stay (0: all;
+    see :mod:`~jaxflow.api.retention`).
     """
     if not stop:
         raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
@@ -94,6 +98,8 @@ def train(
     loggers = parse_loggers(",".join(loggers)) if loggers else ()
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
+    if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
+        raise ConfigError(f"keep_checkpoints must be an int >= 0 (0: all), got {keep_checkpoints!r}.")
     writers: list[Any] = _log_writers(algo, logdir, overwrite, loggers) if logdir else []
     if verbose:
         writers.append(ConsoleProgress(stop))
@@ -111,21 +117,22 @@ def train(
                 and checkpoint_every
                 and result["training_iteration"] // checkpoint_every > last_saved // checkpoint_every
             ):
-                _save(algo, logdir, writers)
+                _save(algo, logdir, writers, keep_checkpoints)
                 last_saved = result["training_iteration"]
         if logdir:
-            _save(algo, logdir, writers)
+            _save(algo, logdir, writers, keep_checkpoints)
     finally:
         for w in writers:
             w.close()
     return result
 
 
-def _save(algo: Algorithm, logdir: str, writers: Sequence[Any]) -> None:
+def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int) -> None:
     path = algo.save(logdir)
     for w in writers:
         if hasattr(w, "checkpoint"):  # trackers keep checkpoints as artifacts
             w.checkpoint(path)
+    prune_checkpoints(logdir, keep)
 
 
 def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequence[str]) -> list[Any]:
