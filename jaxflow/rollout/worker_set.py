@@ -5,6 +5,7 @@ object store, replaced or dropped when they die.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +50,10 @@ class WorkerSet:
         self.normalizer: Normalizer | None = None  # the run's statistics, merged by sync_normalizers
         self.timeout_s = cfg.rollout.worker_timeout_s
         self.num_restarts = 0
+        # A plan thread may be restarting a worker while the driver stops the set: the lock and
+        # the flag keep the new actor from outliving the run (and holding its CPU).
+        self._lock = threading.Lock()
+        self._stopped = False
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
         if cfg.rollout.num_workers == 0:
@@ -177,7 +182,10 @@ class WorkerSet:
                 f"rollout worker {index} died or stopped answering: {type(error).__name__}: {error}. "
                 "Set on_worker_failure='restart' to recreate it or 'ignore' to continue without it."
             ) from error
-        old = self._slots.pop(index)
+        with self._lock:
+            if self._stopped:
+                return
+            old = self._slots.pop(index)
         if not isinstance(old, _InDriver):
             ray.kill(old, no_restart=True)
         if mode == "ignore":
@@ -188,20 +196,27 @@ class WorkerSet:
         new.set_weights.remote(ray.put(self._weights), self._version)
         if self.normalizer is not None:  # it normalizes as the others do from its first step
             new.set_normalizer.remote(self.normalizer)
-        self._slots[index] = new
+        with self._lock:
+            if self._stopped:
+                ray.kill(new, no_restart=True)
+                return
+            self._slots[index] = new
         self.num_restarts += 1
         log.warning("rollout worker %d failed (%s); restarted it (restart #%d)", index, error, self.num_restarts)
 
     def stop(self) -> None:
         """Kills the worker actors and waits (up to 30 s) until they are gone, so the next
         run in this process finds their CPUs free."""
-        actors = [h for h in self._slots.values() if not isinstance(h, _InDriver)]
-        for h in self._slots.values():
+        with self._lock:
+            self._stopped = True
+            slots = list(self._slots.values())
+            self._slots.clear()
+        actors = [h for h in slots if not isinstance(h, _InDriver)]
+        for h in slots:
             if isinstance(h, _InDriver):
                 h.worker.close()
         for h in actors:
             ray.kill(h, no_restart=True)
-        self._slots.clear()
         for h in actors:
             try:
                 ray.get(h.ping.remote(), timeout=ACTOR_STOP_TIMEOUT_S)
