@@ -124,9 +124,10 @@ class Producer(Generic[T]):
                 try:
                     item = next(items)
                 except StopIteration:
-                    self.out.put(_Handover(self, _END, None))
-                    return
+                    break
                 self.out.put(_Handover(self, _ITEM, item))
+            # Ended or stopped: either way a consumer waiting in get() must wake up.
+            self.out.put(_Handover(self, _END, None))
         except BaseException as e:  # handed to the consumer, which raises it
             self.error = e
             self.out.put(_Handover(self, _ERROR, e))

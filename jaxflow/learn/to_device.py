@@ -87,6 +87,8 @@ def ToDevice(
         raise ValueError(f"ToDevice: num_stack and prefetch must be >= 1, got {num_stack} and {prefetch}.")
     stats = {"bytes": 0, "transfers": 0, "batches": 0, "wait_s": 0.0}
     transfer = functools.partial(_transfer, learner, to_host, stats)
+    # The stop flag is looked up at every check: Concurrently replaces it with the plan's own
+    # after this is built, and a feeder bound to the old one never saw the plan stop.
     feeder: Producer[list[DeviceBatch]] = Producer(
         lambda: map(transfer, _groups(batches, num_stack)),
         prefetch + 1,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -66,7 +67,14 @@ class ReplayShards:
         self.batch_size, self.beta, self.sample_wait_s, self.timeout_s = batch_size, beta, sample_wait_s, timeout_s
         self.on_failure_mode = on_failure
         # Shared with the views made by sampling(), whichever of them sees a failure.
-        self._recovery: dict[str, Any] = {"restore_from": None, "num_restarts": 0, "restored_sizes": {}}
+        self._recovery: dict[str, Any] = {
+            "restore_from": None,
+            "num_restarts": 0,
+            "restored_sizes": {},
+            "restored_checkpoints": {},
+        }
+        # The plan's threads may meet one dead shard at once: one of them recreates it (views share the lock).
+        self._failure_lock = threading.Lock()
         # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
         self._actor_cls = jax_actor(ReplayShard, num_cpus=0, max_concurrency=max_concurrency)
         self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
@@ -82,6 +90,11 @@ class ReplayShards:
     def restored_sizes(self) -> dict[int, int]:
         """Items each restarted shard got back from the checkpoint, by shard index (the last restart)."""
         return dict(self._recovery["restored_sizes"])
+
+    @property
+    def restored_checkpoints(self) -> dict[int, str | None]:
+        """The checkpoint each restarted shard was reloaded from (None: none yet), by shard index (the last restart)."""
+        return dict(self._recovery["restored_checkpoints"])
 
     @property
     def restore_from(self) -> str | None:
@@ -125,6 +138,12 @@ class ReplayShards:
             raise ReplayShardError(
                 f"replay shard {index} failed: {error}. Set on_worker_failure='restart' to recreate it from the last checkpoint."
             ) from error
+        with self._failure_lock:
+            self._restart(index, error)
+
+    def _restart(self, index: int, error: BaseException) -> None:
+        if not self.actors:  # stopped: nothing to bring back
+            return
         try:
             # Requests that were in flight to a shard already replaced fail too; its replacement answers.
             ray.get(self.actors[index].ping.remote(), timeout=min(10.0, self.timeout_s))
@@ -134,11 +153,14 @@ class ReplayShards:
         ray.kill(self.actors[index], no_restart=True)
         self._generations[index] += 1
         new = self._create(index, self._generations[index])
-        path = self._path(self.restore_from, index) if self.restore_from else None
-        restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path and os.path.exists(path) else 0
-        self.actors[index] = new
+        source = self.restore_from  # read once: a checkpoint may be written meanwhile
+        path = self._path(source, index) if source and os.path.exists(self._path(source, index)) else None
+        restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path else 0
+        # Counted before the new handle is published, so whoever sees the handle sees its restore.
         self._recovery["num_restarts"] += 1
         self._recovery["restored_sizes"][index] = restored
+        self._recovery["restored_checkpoints"][index] = source if path else None
+        self.actors[index] = new
         log.warning(
             "replay shard %d failed (%s); restarted it with %d items from %s", index, error, restored, path or "nothing"
         )
@@ -151,9 +173,18 @@ class ReplayShards:
         """Every shard writes its contents under ``directory`` (in parallel); returns their sizes.
 
         The shards write the files themselves, so on a multi-node cluster ``directory``
-        must be on storage every node can reach.
+        must be on storage every node can reach. With ``on_failure="restart"`` a shard that
+        died since its last request is recreated (from the last checkpoint) and saved.
         """
-        return ray.get([a.save.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
+        refs = [a.save.remote(self._path(directory, i)) for i, a in enumerate(self.actors)]
+        return [self._saved(directory, i, ref) for i, ref in enumerate(refs)]
+
+    def _saved(self, directory: str, index: int, ref: ray.ObjectRef) -> int:
+        try:
+            return ray.get(ref, timeout=self.timeout_s)
+        except ray.exceptions.RayActorError as error:
+            self.on_failure(index, error)  # raises unless restarting
+            return ray.get(self.actors[index].save.remote(self._path(directory, index)), timeout=self.timeout_s)
 
     def load(self, directory: str) -> list[int]:
         """Restores every shard from files written by :meth:`save`; returns their sizes."""
@@ -171,7 +202,9 @@ class ReplayShards:
         return ray.get([a.stats.remote() for a in self.actors], timeout=self.timeout_s)
 
     def stop(self) -> None:
-        for actor in self.actors:
-            ray.kill(actor)
-        # Cleared in place, so that views made by sampling() see the shards gone too.
-        self.actors.clear()
+        # After a restart in progress, so that its new shard is killed too.
+        with self._failure_lock:
+            for actor in self.actors:
+                ray.kill(actor)
+            # Cleared in place, so that views made by sampling() see the shards gone too.
+            self.actors.clear()

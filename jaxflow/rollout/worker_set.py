@@ -5,6 +5,7 @@ object store, replaced or dropped when they die.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +50,12 @@ class WorkerSet:
         self.normalizer: Normalizer | None = None  # the run's statistics, merged by sync_normalizers
         self.timeout_s = cfg.rollout.worker_timeout_s
         self.num_restarts = 0
+        # A plan thread may be restarting a worker while the driver stops the set: the lock and
+        # the flag keep the new actor from outliving the run (and holding its CPU).
+        self._lock = threading.Lock()
+        self._stopped = False
+        # Restarted workers still starting: index -> (handle, its first ping, when to give up).
+        self._starting: dict[int, tuple[Any, ray.ObjectRef, float]] = {}
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
         if cfg.rollout.num_workers == 0:
@@ -110,7 +117,38 @@ class WorkerSet:
         return len(self._slots)
 
     def live(self) -> list[tuple[int, Any]]:
+        """The workers that answer requests. A restarted worker joins once it has started;
+        with no other worker left, this waits for it."""
+        if self._starting:
+            self._admit_started(wait=not self._slots)
         return sorted(self._slots.items(), key=lambda s: s[0])
+
+    def _admit_started(self, wait: bool) -> None:
+        with self._lock:
+            starting = {ref: (i, h, give_up) for i, (h, ref, give_up) in self._starting.items()}
+        if not starting:
+            return
+        timeout = max(0.0, min(g for _, _, g in starting.values()) - time.monotonic()) if wait else 0.0
+        ready, _ = ray.wait(list(starting), num_returns=1 if wait else len(starting), timeout=timeout)
+        for ref in ready:
+            i, h, _ = starting[ref]
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as e:
+                raise WorkerCrashedError(f"rollout worker {i} failed to restart: {e}") from e
+            h.set_weights.remote(ray.put(self._weights), self._version)
+            if self.normalizer is not None:  # it normalizes as the others do from its first step
+                h.set_normalizer.remote(self.normalizer)
+            with self._lock:
+                if self._stopped or self._starting.get(i, (None,))[0] is not h:
+                    continue  # stopped meanwhile, or admitted by another thread
+                del self._starting[i]
+                self._slots[i] = h
+                self.num_restarts += 1
+            log.warning("rollout worker %d restarted (restart #%d)", i, self.num_restarts)
+        late = [i for ref, (i, _, give_up) in starting.items() if ref not in ready and time.monotonic() > give_up]
+        if late:
+            raise WorkerCrashedError(f"rollout worker {late[0]} failed to restart: it did not answer after start-up.")
 
     def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
         if isinstance(handle, _InDriver):
@@ -177,31 +215,39 @@ class WorkerSet:
                 f"rollout worker {index} died or stopped answering: {type(error).__name__}: {error}. "
                 "Set on_worker_failure='restart' to recreate it or 'ignore' to continue without it."
             ) from error
-        old = self._slots.pop(index)
+        with self._lock:
+            if self._stopped:
+                return
+            old = self._slots.pop(index)
         if not isinstance(old, _InDriver):
             ray.kill(old, no_restart=True)
         if mode == "ignore":
             log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
             return
+        # The others go on sampling while it starts (a new process importing JAX): see live().
         new = self._create(index)
-        self._check_started([(index, new)])
-        new.set_weights.remote(ray.put(self._weights), self._version)
-        if self.normalizer is not None:  # it normalizes as the others do from its first step
-            new.set_normalizer.remote(self.normalizer)
-        self._slots[index] = new
-        self.num_restarts += 1
-        log.warning("rollout worker %d failed (%s); restarted it (restart #%d)", index, error, self.num_restarts)
+        give_up = time.monotonic() + max(self.timeout_s, STARTUP_TIMEOUT_S)
+        with self._lock:
+            if self._stopped:
+                ray.kill(new, no_restart=True)
+                return
+            self._starting[index] = (new, new.ping.remote(), give_up)
+        log.warning("rollout worker %d failed (%s); restarting it", index, error)
 
     def stop(self) -> None:
         """Kills the worker actors and waits (up to 30 s) until they are gone, so the next
         run in this process finds their CPUs free."""
-        actors = [h for h in self._slots.values() if not isinstance(h, _InDriver)]
-        for h in self._slots.values():
+        with self._lock:
+            self._stopped = True
+            slots = list(self._slots.values()) + [h for h, _, _ in self._starting.values()]
+            self._slots.clear()
+            self._starting.clear()
+        actors = [h for h in slots if not isinstance(h, _InDriver)]
+        for h in slots:
             if isinstance(h, _InDriver):
                 h.worker.close()
         for h in actors:
             ray.kill(h, no_restart=True)
-        self._slots.clear()
         for h in actors:
             try:
                 ray.get(h.ping.remote(), timeout=ACTOR_STOP_TIMEOUT_S)

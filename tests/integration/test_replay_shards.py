@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import ray
@@ -218,3 +220,21 @@ def test_a_dead_shard_is_named(make_shards):
     ray.kill(shards.actors[1])
     with pytest.raises(ReplayShardError, match="replay shard 1"):
         from_items([step(20, 10)]).for_each(StoreToReplay(shards, shard=1)).take(1)
+
+
+def test_a_shard_dead_at_a_save_is_restarted_from_the_last_checkpoint_and_saved(make_shards, tmp_path):
+    shards = make_shards(2, capacity=100, seed=0, on_failure="restart")
+    from_items([step(0, 10)]).for_each(StoreToReplay(shards, shard=0)).take(1)
+    from_items([step(10, 6)]).for_each(StoreToReplay(shards, shard=1)).take(1)
+    first = str(tmp_path / "first")
+    os.makedirs(first)
+    assert shards.save(first) == [10, 6]
+    shards.saved_at(first)
+    from_items([step(16, 4)]).for_each(StoreToReplay(shards, shard=1)).take(1)
+    ray.kill(shards.actors[1], no_restart=True)
+    second = str(tmp_path / "second")
+    os.makedirs(second)
+    # Shard 1's 4 items since the first checkpoint are lost with it; the save still succeeds.
+    assert shards.save(second) == [10, 6]
+    assert shards.num_restarts == 1
+    assert shards.restored_sizes == {1: 6} and shards.restored_checkpoints == {1: first}

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxflow import Learner, SampleBatch, TrainOneStep, from_items, from_iterator
+from jaxflow import Concurrently, Learner, SampleBatch, TrainOneStep, from_items, from_iterator
 from jaxflow.learn.to_device import DeviceBatch, ToDevice, ToDeviceError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -89,6 +89,20 @@ def test_prefetch_bound_holds():
     rest = it.take(5)
     assert [float(o.data["x"][0]) for o in rest] == [1, 2, 3, 4, 5]
     assert len(pulled) <= 6 + 2 + 1
+
+
+def test_feeder_ends_when_the_plan_around_it_stops():
+    # Concurrently gives its ops the plan's stop flag after ToDevice was built; the feeder,
+    # waiting on a full queue no one reads any more, must still see the plan stop.
+    def endless():
+        while True:
+            yield flat({"x": np.ones(4, np.float32)})
+
+    feed = ToDevice(from_iterator(endless), _learner(), to_host=lambda b: b.data, prefetch=1)
+    plan = Concurrently([feed, from_iterator(lambda: iter(range(10**9)))], mode="async", output_indexes=[1])
+    next(plan)
+    plan.stop()
+    assert plan.join(5.0)
 
 
 def test_producer_error_reaches_the_consumer():
