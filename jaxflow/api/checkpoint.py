@@ -181,7 +181,8 @@ def verify(path: str) -> dict[str, Any]:
     except (ConfigError, TypeError) as e:
         raise fail(path, f"{META}: its {spec.name} config does not parse: {e}") from e
     try:  # a file sets the env's documented options only, never how it shows itself
-        envs.check_file_env_config(config.env, config.env_config, "its config")
+        if isinstance(getattr(config, "env", None), str):  # a program of its own may have no env
+            envs.check_file_env_config(config.env, getattr(config, "env_config", {}), "its config")
     except envs.EnvOptionError as e:
         raise fail(path, f"{META}: {e}") from e
     except envs.UnknownEnvError:

@@ -90,9 +90,14 @@ def test_cli_resume_continues_the_run(ray_local, tmp_path):
     before, after = rows[24]["episode_return_mean"], np.mean([r["episode_return_mean"] for r in rows[25:]])
     assert before > 100 and after > 0.7 * before, (before, after)
     assert os.path.basename(checkpoint.latest(logdir)) == "checkpoint_000035"
-    # Checkpoints every 5 iterations and at the end; TensorBoard events from both processes.
+    # Checkpoints every 5 iterations and at the end, of which the newest 3 and the best stay
+    # (the best judged across both processes' progress); TensorBoard events from both processes.
     names = os.listdir(logdir)
-    assert {f"checkpoint_{i:06d}" for i in range(5, 36, 5)} <= set(names)
+    kept = {n for n in names if n.startswith("checkpoint_")}
+    best = json.load(open(os.path.join(logdir, "best_checkpoint.json")))
+    assert {"checkpoint_000025", "checkpoint_000030", "checkpoint_000035"} <= kept and best["checkpoint"] in kept
+    assert kept <= {f"checkpoint_{i:06d}" for i in range(5, 36, 5)} and len(kept) <= 4
+    assert best["score"] == max(r["episode_return_mean"] for r in rows if r["training_iteration"] % 5 == 0)
     assert sum(n.startswith("events.out.tfevents") for n in names) == 2
     saved = json.load(open(os.path.join(logdir, "config.json")))
     assert saved["algorithm"] == "PPO" and saved["config"]["rollout"]["num_workers"] == 2
