@@ -4,6 +4,7 @@ UpdatePriorities, with its own counts, arrays and priority routing."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -101,7 +102,8 @@ def test_a_new_batch_kind_is_stored_replayed_and_reprioritized(ray_local):
         fed = from_items(replayed).for_each(Enqueue(thread))
         fed.take(3)
         out = Dequeue(thread).for_each(UpdatePriorities(shards, priority_eps=1.0))
-        results = [r for r in (out._pull() for _ in range(100)) if r is not NOT_READY][:3]
+        # Up to 100 pulls (each waits at most the queue's poll time) until 3 results have come.
+        results = list(itertools.islice((r for r in (out._pull() for _ in range(100)) if r is not NOT_READY), 3))
         assert len(results) == 3
         masses = [s["buffer"]["masses"] for s in ray.get([a.get_state.remote() for a in shards.actors])]
         for batch, _ in results:
