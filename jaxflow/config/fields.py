@@ -9,6 +9,7 @@ field and the allowed values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -63,7 +64,10 @@ def param(default: Any, check: Check | None = None, *, factory: Callable[[], Any
     return dataclasses.field(default=default, metadata=meta)
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
+    # Resolving string annotations is slow and a class's never change: every config built,
+    # parsed or checked asks for them, so once per class.
     return typing.get_type_hints(cls)
 
 
@@ -108,8 +112,9 @@ def _type_name(tp: Any) -> str:
 
 def validate(config: Any) -> None:
     """Checks every field's type and constraint; raises :class:`ConfigError` naming the first bad one."""
-    name = type(config).__name__
-    hints = _hints(type(config))
+    cls: type = type(config)
+    name = cls.__name__
+    hints = _hints(cls)
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         if isinstance(value, list) and _tuple_hint(hints[f.name]):
