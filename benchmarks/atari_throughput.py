@@ -33,13 +33,14 @@ from common import (
     parse_sets,
     parse_variants,
     ratio,
+    save_figure,
     variant_name,
     write_report,
 )
 
 from jaxflow import Algorithm, get_algorithm, jax_actor, make_vector_envs
 from jaxflow.config import make_config
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
+from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("atari_throughput")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -238,9 +239,7 @@ def plot(report: dict[str, Any], path: str) -> None:
     a = report["args"]
     ax.set_title(f"{a['algo']} on {a['env']}: {a['workers']} workers x {a['envs_per_worker']} envs", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from typing import Any
 
-from common import fmt, logger, machine_info, median_of_measured, ratio, write_report
+from common import argument_parser, fmt, logger, machine_info, median_of_measured, ratio, save_figure, write_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # the chaos driver the test runs too
@@ -159,15 +159,11 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.set_xlabel("seconds")
         ax.set_ylabel("env steps sampled")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argument_parser(__doc__)
     p.add_argument("--algos", nargs="+", choices=sorted(CONFIGS), default=list(CONFIGS))
     p.add_argument("--minutes", type=float, default=5.0, help="wall-clock length of each run")
     p.add_argument("--kill-every", type=float, default=30.0, help="seconds between kills in the chaos run")

@@ -3,6 +3,7 @@ number formatting and the report files (JSON plus Markdown, under ``results/``).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import math
@@ -186,3 +187,19 @@ def run_to_target(build: Callable[[], Any], target: float, max_steps: int) -> Ta
     finally:
         algo.stop()
     return TargetRun(t1 - t0, t2 - t1, result, first or (0.0, 0), hit)
+
+
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: its module docstring's first paragraph as the description, defaults shown."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+
+
+def save_figure(fig: Any, path: str) -> None:
+    """Lays out ``fig``, writes it to ``path`` (120 dpi) and closes it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -29,7 +29,7 @@ import traceback
 from typing import Any
 
 import numpy as np
-from common import fmt, logger, machine_info, median_of_measured, ratio, write_report
+from common import argument_parser, fmt, logger, machine_info, median_of_measured, ratio, save_figure, write_report
 
 log = logger("continuous")
 
@@ -203,7 +203,7 @@ def nan_to_none(x: float) -> float | None:
 
 def run_jaxflow(run: Run, steps: int, workers: int) -> None:
     from jaxflow import Algorithm
-    from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED
+    from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED
 
     spec, hp = ENVS[run.env], hyperparameters(run.env, run.algo)
     env = spec.device_env if run.runner == "device" else run.env
@@ -401,15 +401,11 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.set_xlabel("env steps")
         ax.set_ylabel(f"training return (median of {len(report['args']['seeds'])} seeds)")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argument_parser(__doc__)
     p.add_argument("--envs", nargs="+", choices=sorted(ENVS), default=list(ENVS))
     p.add_argument("--algos", nargs="+", choices=sorted(PER_ALGO), default=list(PER_ALGO))
     p.add_argument("--runners", nargs="+", choices=RUNNERS, default=list(RUNNERS))

@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 from common import (
+    argument_parser,
     fmt,
     logger,
     machine_info,
@@ -31,7 +32,7 @@ from common import (
 
 from jaxflow import Algorithm, get_algorithm
 from jaxflow.config import to_json_dict
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
+from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 
 log = logger("dqn_cartpole")
 
@@ -294,9 +295,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argument_parser(__doc__)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the DQN runs")
     p.add_argument("--max-steps", type=int, default=200_000, help="env-step budget of one DQN run")
     p.add_argument("--target", type=float, default=450.0, help="episode_return_mean that counts as solved")

@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 from common import (
+    argument_parser,
     fmt,
     logger,
     machine_info,
@@ -32,8 +33,8 @@ from common import (
 
 from jaxflow import Algorithm, get_algorithm
 from jaxflow.config import to_json_dict
+from jaxflow.config.constants import ENV_STEPS_SAMPLED
 from jaxflow.learn.learner import Learner
-from jaxflow.ops.metrics import ENV_STEPS_SAMPLED
 from jaxflow.rollout.batch import SampleBatch, concat_batches, flatten_time_major
 from jaxflow.rollout.worker_set import WorkerSet
 
@@ -296,9 +297,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argument_parser(__doc__)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of the training runs")
     p.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="num_workers values to train with")
     p.add_argument("--max-steps", type=int, default=300_000, help="env-step budget of one training run")

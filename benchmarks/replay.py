@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
-from common import logger, machine_info, write_report
+from common import argument_parser, logger, machine_info, write_report
 
 from jaxflow.replay.buffer import PrioritizedReplayBuffer
 from jaxflow.replay.sum_tree import SumTree
@@ -502,9 +502,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argument_parser(__doc__)
     p.add_argument("--capacity", type=int, default=1_000_000, help="buffer capacity of the throughput part")
     p.add_argument("--batch-size", type=int, default=512, help="transitions per add / sample / update call")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats; the report gives their median")

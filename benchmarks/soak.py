@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import psutil
 import ray
-from common import fmt, logger, machine_info, write_report
+from common import argument_parser, fmt, logger, machine_info, save_figure, write_report
 
 from jaxflow import Algorithm
 
@@ -115,15 +115,11 @@ def plot(report: dict[str, Any], path: str) -> None:
         ax.plot(t, [s[key] for s in report["samples"]], marker=".")
         ax.set_title(f"{name}: {fmt(report['slopes'][key]['whole'], '+.3f')} per min", fontsize=10)
         ax.set_xlabel("minutes")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argument_parser(__doc__)
     p.add_argument("--steps", type=int, default=1_000_000, help="env steps sampled by the run")
     p.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     p.add_argument("--workers", type=int, default=2, help="rollout workers")

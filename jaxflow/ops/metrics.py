@@ -14,6 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from jaxflow.config.constants import ENV_STEPS_SAMPLED as ENV_STEPS_SAMPLED  # the standard keys, still importable here
+from jaxflow.config.constants import ENV_STEPS_TRAINED as ENV_STEPS_TRAINED
+from jaxflow.config.constants import NUM_UPDATES as NUM_UPDATES
+from jaxflow.config.constants import NUM_WEIGHT_SYNCS as NUM_WEIGHT_SYNCS
+from jaxflow.config.constants import TRAINING_ITERATION as TRAINING_ITERATION
 from jaxflow.dataflow.context import FlowContext
 
 
