@@ -9,8 +9,9 @@ The engine's parts live in sub-packages: ``api``, ``config``, ``dataflow``, ``op
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jaxflow._lazy import lazy_exports
 
 _NAMES_BY_PART: dict[str, str] = {
     "jaxflow.api": (
@@ -46,8 +47,6 @@ _NAMES_BY_PART: dict[str, str] = {
         "WorkerSpec"
     ),
 }
-_EXPORTS = {name: part for part, names in _NAMES_BY_PART.items() for name in names.split()}
-"""Each public name and the sub-package it loads from on first use."""
 
 __all__ = [
     "NON_NEGATIVE",
@@ -157,17 +156,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jaxflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES_BY_PART, globals())
 
 
 if TYPE_CHECKING:

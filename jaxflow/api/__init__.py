@@ -7,8 +7,9 @@ the command it runs needs, so ``jaxflow --help`` starts no JAX or Ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from jaxflow._lazy import lazy_exports
 
 _NAMES_BY_MODULE: dict[str, str] = {
     "jaxflow.api.algorithm": "Algorithm find_checkpoint load_policy",
@@ -23,8 +24,6 @@ _NAMES_BY_MODULE: dict[str, str] = {
     "jaxflow.api.spec": "AlgorithmSpec LearnerHooks RunHooks WorkerHooks",
     "jaxflow.api.writers": "ConsoleProgress JsonLinesWriter TensorBoardWriter",
 }
-_EXPORTS = {name: module for module, names in _NAMES_BY_MODULE.items() for name in names.split()}
-"""Each public name and the module it loads from on first use."""
 
 if TYPE_CHECKING:
     from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
@@ -95,14 +94,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jaxflow.api' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES_BY_MODULE, globals())
