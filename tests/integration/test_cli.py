@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import tuned_examples as tuned
 from tensorboardX.proto import event_pb2
 
 import jaxflow.api.ray_program
@@ -103,7 +104,18 @@ BAD_INPUT = [
     (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=1e-3,inf"], "lr must be a finite"),
     (["train", "--algo", "ppo", "--address", "nowhere"], "--address 'nowhere': expected HOST:PORT"),
     (["train", "--algo", "ppo", "--address", "127.0.0.1:1"], "--address '127.0.0.1:1': no Ray cluster answers"),
-    (["train"], "train needs --algo NAME, --multiagent FILE or --resume LOGDIR"),
+    (["train"], "train needs --algo NAME, --multiagent FILE, --config FILE or --resume LOGDIR"),
+    (["train", "--config", "{tmp}/missing.json"], "--config {tmp}/missing.json: cannot read it as JSON"),
+    (["train", "--config", "{tmp}/list.json"], "--config {tmp}/list.json: expected a JSON object of train's flags"),
+    (["train", "--config", "{tmp}/run-typo.json"], "'num_worker' is not a flag a run file may give; allowed: ["),
+    (["train", "--config", "{tmp}/run-resume.json"], "'resume' is not a flag a run file may give"),
+    (["train", "--config", "{tmp}/run-switch.json"], "'quiet' is a switch; give true or false, got 'yes'"),
+    (["train", "--config", "{tmp}/run-set.json"], "'set' takes an object of KEY: VALUE, got ['lr=1']"),
+    (
+        ["train", "--config", "{tmp}/run-int.json"],
+        "run-int.json: train: argument --num-workers: invalid int value: 'two'",
+    ),
+    (["train", "--config", "{tmp}/run-lr.json"], "PPOConfig.lr must satisfy 0 < value, got -1.0"),
     (["train", "--algo"], "train: argument --algo: expected one argument"),
     (["train", "--algo", "ppo", "--logdir", "{tmp}/run"], "already holds a run (config.json, progress.jsonl)"),
     (["train", "--algo", "ppo", "--logdir", "{tmp}/list.json"], "is a file, not a directory"),
@@ -134,9 +146,19 @@ BAD_INPUT = [
 ]
 
 
+RUN_FILES = {
+    "run-typo.json": '{"algo": "PPO", "num_worker": 2}',
+    "run-resume.json": '{"resume": "runs/x"}',
+    "run-switch.json": '{"algo": "PPO", "quiet": "yes"}',
+    "run-set.json": '{"algo": "PPO", "set": ["lr=1"]}',
+    "run-int.json": '{"algo": "PPO", "num_workers": "two"}',
+    "run-lr.json": '{"algo": "PPO", "set": {"lr": -1}}',
+}
+
+
 @pytest.fixture
 def files(tmp_path):
-    for name, text in MULTIAGENT_FILES.items():
+    for name, text in {**MULTIAGENT_FILES, **RUN_FILES}.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "empty").mkdir()
     (tmp_path / "run").mkdir()
@@ -234,6 +256,18 @@ def test_train_runs_on_a_toy_text_env(ray_local, tmp_path, capsys):
     argv = ["--algo", "PPO", "--env", "FrozenLake-v1", "--num-workers", "1", "--stop", "training_iteration=1"]
     assert cli.main(["train", *argv, "--logdir", str(tmp_path), "--quiet"]) == 0
     assert "done: iteration 1, env steps 1,024" in capsys.readouterr().out
+
+
+def test_train_runs_a_tuned_example_with_flags_over_it(ray_local, tmp_path, capsys):
+    """The file gives the algorithm, env, seed and stop conditions; the flags given replace its
+    number of workers and add a stop condition and a setting, and the run's config.json shows both."""
+    argv = ["--config", tuned.path("ppo-cartpole"), "--stop", "training_iteration=1", "--num-workers", "0"]
+    assert cli.main(["train", *argv, "--set", "lr=1e-4", "--logdir", str(tmp_path), "--quiet"]) == 0
+    assert "jaxflow: PPO on CartPole-v1, mode ray (auto) (0 rollout workers)" in capsys.readouterr().out
+    config = json.loads((tmp_path / "config.json").read_text())["config"]
+    assert config["seed"] == 0 and config["optimizer"]["lr"] == 1e-4 and config["rollout"]["num_workers"] == 0
+    lines = (tmp_path / "progress.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["training_iteration"] == 1
 
 
 TINY_PPO = dict(

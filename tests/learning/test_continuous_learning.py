@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tuned_examples as tuned
 
 from jaxflow import Algorithm
 from jaxflow.algorithms.multiagent import MultiAgentConfig
@@ -13,45 +14,31 @@ from jaxflow.config import make_config
 
 pytestmark = pytest.mark.learning
 
-PENDULUM_PPO = {
-    "gamma": 0.9,  # Pendulum's reward is dense: a short horizon learns the swing-up faster
-    "device.num_envs": 32,
-    "device.num_seeds": 3,
-    "rollout.rollout_fragment_length": 64,
-    "minibatch_size": 512,
-}
-
 
 def test_ppo_in_device_mode_reaches_minus_300_on_pendulum_within_300k_steps():
     """Three seeds as one vmapped run on gymnax's Pendulum-v1: their mean return (over each
     member's last 100 episodes) reaches -300 within 300k env steps per member."""
-    algo = Algorithm.build("PPO", env="gymnax/Pendulum-v1", seed=0, **PENDULUM_PPO)
+    algo, stop = tuned.build("ppo-gymnax-pendulum")
     assert algo.mode == "device"
     try:
-        result = train(algo, {"env_steps_sampled": 300_000}, verbose=False)
+        result = train(algo, stop, verbose=False)
     finally:
         algo.stop()
+    tuned.assert_reaches("ppo-gymnax-pendulum", result)
     per_seed = [m["episode_return_mean"] for m in result["members"].values()]
     assert len(per_seed) == 3 and np.mean(per_seed) >= -300.0, per_seed
     assert result["env_steps_sampled"] <= 300_000 + 32 * 64 * algo.config.device.iterations_per_call
 
 
-SAC_PENDULUM = {
-    "lr": 1e-3,  # rl-baselines3-zoo's Pendulum setting (the paper's 3e-4 needs more steps)
-    "hidden_sizes": (128, 128),
-    "metrics_num_episodes": 10,  # the mean of the last 10 episodes (2,000 steps), not of the whole run
-}
-
-
 def test_sac_reaches_minus_200_on_pendulum_within_20k_steps(ray_local):
     """One rollout worker, one SGD step of 256 per env step on the replay shard."""
-    algo = Algorithm.build("SAC", env="Pendulum-v1", seed=0, **SAC_PENDULUM)
+    algo, stop = tuned.build("sac-pendulum")
     try:
-        result = train(algo, {"episode_return_mean": -200.0, "env_steps_sampled": 20_000}, verbose=False)
+        result = train(algo, stop, verbose=False)
         greedy = algo.evaluate(episodes=10, seed=1)
     finally:
         algo.stop()
-    assert result["episode_return_mean"] >= -200.0, result
+    tuned.assert_reaches("sac-pendulum", result)
     assert result["env_steps_sampled"] <= 20_000 + algo.config.min_env_steps_per_iteration
     # The squashed mean plays as well as the noisy policy that reached -200, on most starts: the
     # run stops the moment the noisy mean crosses -200, when a start or two may still fail to
@@ -62,12 +49,12 @@ def test_sac_reaches_minus_200_on_pendulum_within_20k_steps(ray_local):
 def test_td3_reaches_minus_200_on_pendulum_within_30k_steps(ray_local):
     """The paper's settings (lr 1e-3, exploration noise 0.1, smoothing 0.2/0.5, actor every
     2 steps) with 128-unit layers and 1,000 uniformly random steps first."""
-    algo = Algorithm.build("TD3", env="Pendulum-v1", seed=0, hidden_sizes=(128, 128), metrics_num_episodes=10)
+    algo, stop = tuned.build("td3-pendulum")
     try:
-        result = train(algo, {"episode_return_mean": -200.0, "env_steps_sampled": 30_000}, verbose=False)
+        result = train(algo, stop, verbose=False)
     finally:
         algo.stop()
-    assert result["episode_return_mean"] >= -200.0, result
+    tuned.assert_reaches("td3-pendulum", result)
     assert result["env_steps_sampled"] <= 30_000 + algo.config.min_env_steps_per_iteration
 
 

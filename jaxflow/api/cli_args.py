@@ -1,0 +1,260 @@
+"""The ``jaxflow`` command line's arguments: the parser, the config fields ``train``'s flags set,
+and ``train --config FILE``, a run's flags read from a JSON file (the tuned examples in
+``examples/tuned/``).
+
+A run file is a JSON object whose keys are ``train``'s flags (``num_workers`` or ``num-workers``),
+plus ``description`` and ``reaches`` (what the run is stated to reach, checked by the tests):
+
+.. code-block:: json
+
+    {"algo": "DQN", "env": "CartPole-v1", "seed": 0, "set": {"lr": 0.0005, "hidden_sizes": [64, 64]},
+     "stop": {"episode_return_mean": 450, "env_steps_sampled": 100000}}
+
+``set`` and ``stop`` are objects; a list is a comma-separated value; ``true`` gives a switch
+(``"overwrite": true``). The file becomes command-line arguments placed before the ones given,
+so a flag given on the command line overrides the file's (and ``--set``/``--stop`` keys given there
+replace the file's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from jaxflow.api.loggers import DEFAULT_LOGGERS, LOGGERS
+from jaxflow.api.plot import X_KEYS
+from jaxflow.api.retention import DEFAULT_KEEP
+from jaxflow.api.user_errors import Parser, UsageError, int_at_least
+from jaxflow.config.fields import ConfigError
+
+ABOUT_KEYS = ("description", "reaches")
+"""A run file's keys that describe the run rather than set a flag."""
+
+NOT_IN_FILES = ("config", "resume", "debug")
+"""Flags a run file may not give: another file, a resume (a run's own checkpoint decides it), tracebacks."""
+
+MODES = ("auto", "ray", "device")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The ``jaxflow`` command line's parser (its errors are :class:`UsageError`)."""
+    p = Parser(prog="jaxflow", description="Accelerator-first reinforcement learning.")
+    p.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error (also accepted after the command)"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train an algorithm (or resume a run)")
+    t.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a run's flags from a JSON file (e.g. examples/tuned/dqn-cartpole.json); flags given here override it",
+    )
+    t.add_argument("--algo", help="algorithm name, case-insensitive (see `jaxflow list`)")
+    t.add_argument("--env", help="environment id (see `jaxflow list`)")
+    t.add_argument("--num-workers", type=int, help="Ray rollout workers (0: sample in this process)")
+    t.add_argument("--seed", type=int)
+    t.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="stop at the first condition met; repeatable (training_iteration, env_steps_sampled, "
+        "episode_return_mean, time_s, evaluation/episode_return_mean with --set evaluation_interval=N)",
+    )
+    t.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a config field, by its flat (lr) or dotted (optimizer.lr) name; repeatable",
+    )
+    t.add_argument(
+        "--logdir", help="where progress, TensorBoard events and checkpoints go (a new directory, or see --overwrite)"
+    )
+    t.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in --logdir (its progress, config, events and checkpoints); without it, "
+        "a logdir that holds a run is refused",
+    )
+    t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
+    t.add_argument(
+        "--checkpoint-every",
+        type=int_at_least(0),
+        default=10,
+        help="iterations between checkpoints (0: at the end only)",
+    )
+    t.add_argument(
+        "--keep-checkpoints",
+        type=int_at_least(0),
+        default=DEFAULT_KEEP,
+        help="keep the newest N checkpoints and the best one (best_checkpoint.json names it); 0: keep all",
+    )
+    t.add_argument(
+        "--mode",
+        choices=MODES,
+        help="Ray rollout workers, or rollout + update compiled on the device "
+        "(gymnax and brax envs); default auto: device for gymnax/<id> and brax/<name> envs where the algorithm has it",
+    )
+    t.add_argument("--num-seeds", type=int, help="device mode: train this many seeds at once (vmapped)")
+    t.add_argument(
+        "--sweep",
+        metavar="FIELD=V1,V2,...",
+        help="device mode: train one agent per value of a numeric config field, all at once",
+    )
+    t.add_argument(
+        "--multiagent",
+        metavar="FILE",
+        help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON",
+    )
+    t.add_argument(
+        "--logger",
+        default=",".join(DEFAULT_LOGGERS),
+        help=f"where results go besides the console: a comma-separated list out of {', '.join(LOGGERS)} "
+        "(wandb and mlflow need their extras: pip install 'jaxflow-rl[wandb]')",
+    )
+    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
+    t.add_argument("--quiet", action="store_true", help="no progress output")
+
+    e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
+    e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    e.add_argument("--episodes", type=int_at_least(1), default=10)
+    e.add_argument("--seed", type=int_at_least(0))
+    e.add_argument("--video", metavar="DIR", help="also record each episode as DIR/episode_<k>.mp4")
+
+    x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
+    x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
+
+    pl = sub.add_parser("plot", help="learning curves of run directories")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("--metric", default="episode_return_mean")
+    pl.add_argument("--x", default="env_steps_sampled", choices=X_KEYS)
+    pl.add_argument("--out", default="curves.png", help="the image to write (.png, .svg, .pdf)")
+
+    ls = sub.add_parser("list", help="algorithms and environments available")
+    for command in (t, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return p
+
+
+def overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The config fields ``train``'s flags set: ``--set`` items, then the flags that name a field."""
+    out: dict[str, str] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set takes FIELD=VALUE, got {item!r}.")
+        out[key.strip()] = value.strip()
+    for flag, field in (
+        ("env", "env"),
+        ("num_workers", "num_workers"),
+        ("seed", "seed"),
+        ("mode", "mode"),
+        ("num_seeds", "num_seeds"),
+    ):
+        if getattr(args, flag, None) is not None:
+            out[field] = str(getattr(args, flag))
+    if getattr(args, "sweep", None):
+        field, sep, values = args.sweep.partition("=")
+        try:
+            numbers = [float(v) for v in values.split(",") if v.strip()]
+        except ValueError:
+            numbers = []
+        if not sep or not numbers:
+            raise ConfigError(f"--sweep takes FIELD=V1,V2,... with numbers, got {args.sweep!r}.")
+        out["sweep"] = json.dumps({field.strip(): numbers})
+    return out
+
+
+def new_run(args: argparse.Namespace) -> tuple[Any, Any]:
+    """``(spec, config)`` of the new run ``train``'s arguments describe, the config validated."""
+    from jaxflow.api.registry import get_algorithm
+    from jaxflow.config.parsing import load_config_file, with_overrides
+
+    if args.multiagent:
+        spec = get_algorithm("MULTIAGENT")
+        return spec, with_overrides(load_config_file(spec.config_cls, args.multiagent), overrides(args))
+    if args.algo:
+        spec = get_algorithm(args.algo)
+        return spec, with_overrides(spec.config_cls(), overrides(args))
+    raise ConfigError("train needs --algo NAME, --multiagent FILE, --config FILE or --resume LOGDIR.")
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line's arguments; ``train --config FILE`` reads the file's flags first.
+
+    >>> args = parse(["train", "--algo", "PPO", "--set", "lr=1e-3"])
+    >>> args.algo, overrides(args)
+    ('PPO', {'lr': '1e-3'})
+    """
+    argv = list(argv)
+    args = parser().parse_args(argv)
+    if args.command != "train" or not args.config:
+        return args
+    given = {item.partition("=")[0].strip() for item in args.stop}  # stop keys the command line sets itself
+    from_file = [
+        a
+        for flag in run_file_arguments(args.config)
+        if not (flag[0] == "--stop" and flag[1].partition("=")[0] in given)
+        for a in flag
+    ]
+    at = argv.index("train") + 1
+    return parser().parse_args([*argv[:at], *from_file, *argv[at:]])
+
+
+def run_file_arguments(path: str) -> list[tuple[str, ...]]:
+    """A run file's flags as ``train`` arguments (each flag with its value, or a switch alone),
+    checked as if typed; :class:`ConfigError` names the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--config {path}: cannot read it as JSON ({e}).") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"--config {path}: expected a JSON object of train's flags, got {type(data).__name__}.")
+    actions = {a.dest: a for a in _train_parser()._actions if a.option_strings}
+    allowed = sorted(set(actions) - set(NOT_IN_FILES) - {"help"})
+    out: list[tuple[str, ...]] = []
+    for key, value in data.items():
+        dest = key.replace("-", "_")
+        if dest in ABOUT_KEYS:
+            continue
+        if dest not in allowed:
+            raise ConfigError(f"--config {path}: {key!r} is not a flag a run file may give; allowed: {allowed}.")
+        out += _as_arguments(path, key, actions[dest], value)
+    try:
+        parser().parse_args(["train", *(a for flag in out for a in flag)])
+    except UsageError as e:
+        raise ConfigError(f"--config {path}: {e}") from None
+    return out
+
+
+def _as_arguments(path: str, key: str, action: argparse.Action, value: Any) -> list[tuple[str, ...]]:
+    flag = action.option_strings[0]
+    if action.nargs == 0:  # a switch
+        if not isinstance(value, bool):
+            raise ConfigError(f"--config {path}: {key!r} is a switch; give true or false, got {value!r}.")
+        return [(flag,)] if value else []
+    if isinstance(action, argparse._AppendAction):  # --set and --stop: an object of KEY: VALUE
+        if not isinstance(value, dict):
+            raise ConfigError(f"--config {path}: {key!r} takes an object of KEY: VALUE, got {value!r}.")
+        return [(flag, f"{k}={_text(v)}") for k, v in value.items()]
+    return [(flag, _text(value))]
+
+
+def _text(value: Any) -> str:
+    """A JSON value as command-line text: strings as they are, lists comma-separated, objects as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ",".join(_text(v) for v in value)
+    return json.dumps(value)
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    subparsers = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return subparsers.choices["train"]
