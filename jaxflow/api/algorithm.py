@@ -13,19 +13,22 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from jaxflow.api import checkpoint
 from jaxflow.api.evaluation import PeriodicEvaluation
 from jaxflow.api.program import Program, build_program, resolve_mode
-from jaxflow.api.ray_program import NormalizedState
+from jaxflow.api.ray_program import NormalizedState, RayProgram
 from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.restore import RestorePlan, plan_restore
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.names import make_config, replace_config
 from jaxflow.config.parsing import to_json_dict
 from jaxflow.networks.models import describe_module
+from jaxflow.ondevice.program import DeviceProgram
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.evaluation import greedy_env_actions
 from jaxflow.rollout.normalize import Normalizer
 
 
@@ -48,6 +51,7 @@ class Algorithm:
         if getattr(config, "evaluation_interval", 0):  # multi-agent configs have no such field
             self._results = self._results.for_each(PeriodicEvaluation(self.program, config))
         self.last_result: dict[str, Any] | None = None
+        self._greedy: Any = None  # policy.greedy compiled on the first compute_actions
 
     @classmethod
     def build(cls, algorithm: str | Any, **fields: Any) -> Algorithm:
@@ -145,9 +149,36 @@ class Algorithm:
         agents in one run, the policy of agent ``member``)."""
         return self.program.evaluate(episodes, seed, member)
 
+    def compute_actions(self, observations: Any, member: int = 0) -> np.ndarray:
+        """The greedy policy's actions for a batch of observations ``[B, *obs]``, as the env
+        takes them (what :meth:`evaluate` plays), from the run's current weights (with several
+        agents in one device-mode run, those of agent ``member``).
+
+        >>> algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=0)  # doctest: +SKIP
+        >>> algo.compute_actions(np.zeros((2, 4), np.float32))              # doctest: +SKIP
+        array([0, 0])
+        """
+        policy, params, normalizer = acting_parts(self.program, member)
+        if self._greedy is None:
+            self._greedy = jax.jit(policy.greedy)
+        obs = np.asarray(observations)
+        if obs.shape[1:] != policy.obs_shape:
+            raise ValueError(f"compute_actions takes observations [B, *{policy.obs_shape}], got shape {obs.shape}.")
+        return greedy_env_actions(self.config, policy, self._greedy, params, obs, normalizer)
+
     def stop(self) -> None:
         """Stops the run's background threads and actors."""
         self.program.stop()
+
+
+def acting_parts(program: Program, member: int = 0) -> tuple[Policy, Any, Normalizer | None]:
+    """``(policy, params, normalizer)`` a standard program acts with now: a Ray run's learner
+    weights and observation statistics, or one device-mode member's."""
+    if isinstance(program, DeviceProgram):
+        return program.policy, program.get_weights(member), program.get_normalizer(member)
+    if isinstance(program, RayProgram):
+        return program.policy, program.learner.get_weights(), program.workers.normalizer
+    raise TypeError(f"{type(program).__name__} runs policies of its own; use its evaluate() instead.")
 
 
 def find_checkpoint(path: str) -> tuple[str, dict[str, Any]]:

@@ -34,6 +34,19 @@ def summarize_returns(returns: Sequence[float], **extra: Any) -> dict[str, Any]:
     }
 
 
+def greedy_env_actions(
+    config: Any, policy: Policy, act: Any, params: Any, observations: Any, normalizer: Normalizer | None
+) -> np.ndarray:
+    """The greedy actions for a batch of observations ``[B, *obs]``, as the env takes them
+    (a Box's actions rescaled to its bounds); ``act`` is ``policy.greedy``, compiled once by the
+    caller, and the observations are normalized with ``normalizer``'s statistics where the run
+    normalizes them."""
+    x = np.asarray(observations, np.float32)
+    if normalizer is not None and normalizer.obs is not None:
+        x = normalize_observations(normalizer.obs, x, config.rollout.normalize_clip)
+    return policy.distribution.to_env(np.asarray(act(params, x)))
+
+
 def evaluate_policy(
     config: Any,
     policy: Policy,
@@ -48,7 +61,6 @@ def evaluate_policy(
     statistics (fixed: evaluation counts nothing) where the run normalizes them. Returns are
     the environment's own rewards, never scaled. With ``video_dir``, each episode is also
     written there as ``episode_<k>.mp4`` (listed under ``videos``)."""
-    stats = None if normalizer is None else normalizer.obs
     seed = evaluation_seed(config, seed)
     env = (
         video_env(config, seed)
@@ -67,9 +79,7 @@ def evaluate_policy(
             video.add(env.render())
         done, total, n = False, 0.0, 0
         while not done:
-            x = np.asarray(obs, np.float32)[None]
-            x = x if stats is None else normalize_observations(stats, x, config.rollout.normalize_clip)
-            action = policy.distribution.to_env(np.asarray(act(params, x)))[0]
+            action = greedy_env_actions(config, policy, act, params, np.asarray(obs)[None], normalizer)[0]
             action = action.item() if action.ndim == 0 else action
             obs, r, terminated, truncated, _ = env.step(action)
             total, n, done = total + float(r), n + 1, terminated or truncated
