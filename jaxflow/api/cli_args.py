@@ -29,6 +29,9 @@ from jaxflow.api.retention import DEFAULT_KEEP
 from jaxflow.api.user_errors import Parser, UsageError, int_at_least
 from jaxflow.config.fields import ConfigError
 
+DISTRIBUTION = "jaxflow-rl"
+"""The name jaxflow is installed under (``pip install jaxflow-rl``)."""
+
 ABOUT_KEYS = ("description", "reaches")
 """A run file's keys that describe the run rather than set a flag."""
 
@@ -44,6 +47,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--debug", action="store_true", help="show the traceback of an error (also accepted after the command)"
     )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train an algorithm (or resume a run)")
@@ -253,6 +257,16 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return ",".join(_text(v) for v in value)
     return json.dumps(value)
+
+
+def _version() -> str:
+    """The installed distribution's version (``jaxflow --version``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
 
 
 def _train_parser() -> argparse.ArgumentParser:
