@@ -36,6 +36,7 @@ from jaxflow.envs.registry import (
     make_cpu,
     make_multiagent,
     register,
+    register_factory,
     register_jax,
     register_multiagent,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "make_multiagent",
     "make_task_distribution",
     "register",
+    "register_factory",
     "register_jax",
     "register_multiagent",
 ]

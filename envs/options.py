@@ -106,6 +106,10 @@ def _gymnasium_options(env_id: str) -> list[str] | None:
 
 
 def _factory_options(e: EnvEntry) -> list[str] | None:
+    plain = getattr(e.factory, "plain", None)  # registry.PlainFactory: no context parameter
+    if plain is not None:
+        names = _parameters(plain)
+        return None if names is None else sorted(names)
     names = _parameters(e.factory)
     # A registered factory's first parameter is the EnvContext the registry passes.
     return None if names is None else sorted(names[1:])

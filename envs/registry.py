@@ -76,6 +76,41 @@ def register(env_id: str, factory: Callable[..., gymnasium.Env], description: st
     _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", factory, description)
 
 
+USER_PREFIX = "user/"
+"""Where :func:`register_factory` puts an environment passed as a factory."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainFactory:
+    """A gymnasium-style ``factory(**env_config)`` behind the registry's ``(context, **env_config)``
+    convention (the context is not passed: the worker seeds the env through ``reset``)."""
+
+    plain: Callable[..., gymnasium.Env]
+
+    def __call__(self, context: EnvContext, **kwargs: Any) -> gymnasium.Env:
+        del context
+        return self.plain(**kwargs)
+
+
+def register_factory(factory: Callable[..., gymnasium.Env], description: str = "") -> str:
+    """Registers ``factory(**env_config) -> gymnasium.Env`` (a ``gymnasium.Env`` class, or a
+    function returning one, e.g. written in a notebook) as ``user/<its name>`` and returns that
+    id: what ``Algorithm.build(..., env=factory)`` trains. Ray workers get the factory with the
+    run, pickled by value where it was written in ``__main__`` or a notebook. A factory of the
+    same name replaces the one registered before, as re-running a notebook's cell redefines
+    a class; runs already started keep the one they were built with.
+
+    >>> import gymnasium
+    >>> class Corridor(gymnasium.Env): ...
+    >>> register_factory(Corridor)
+    'user/Corridor'
+    """
+    name = getattr(factory, "__qualname__", type(factory).__name__)
+    env_id = USER_PREFIX + name.replace("<locals>.", "").replace("<lambda>", "lambda")
+    _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", PlainFactory(factory), description)
+    return env_id
+
+
 def register_jax(env_id: str, factory: Callable[..., tuple[Any, Any]], description: str = "") -> None:
     """Registers an environment written in JAX to gymnax's interface (``reset_env``/``step_env``
     over ``EnvParams``, as ``gymnax.environments.environment.Environment`` subclasses have):

@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from jaxflow import envs
 from jaxflow.api import checkpoint
 from jaxflow.api.evaluation import PeriodicEvaluation
 from jaxflow.api.program import Program, build_program, resolve_mode
@@ -55,7 +56,13 @@ class Algorithm:
 
     @classmethod
     def build(cls, algorithm: str | Any, **fields: Any) -> Algorithm:
-        """From an algorithm name (plus config fields, flat or dotted names) or from a config object."""
+        """From an algorithm name (plus config fields, flat or dotted names) or from a config object.
+
+        ``env`` may be an id or a factory, ``factory(**env_config) -> gymnasium.Env`` (an Env
+        class or a function), registered as ``user/<its name>`` (:func:`jaxflow.envs.register_factory`).
+        """
+        if callable(fields.get("env")):  # an env made in the notebook: registered as user/<its name>
+            fields["env"] = envs.register_factory(fields["env"])
         if isinstance(fields.get("model"), nn.Module):  # an instance: stored as its class and fields
             fields["model"], fields["model_config"] = describe_module(fields["model"])
         if isinstance(algorithm, str):
