@@ -126,23 +126,10 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list() -> int:
-    from jaxflow import envs
-    from jaxflow.api.registry import algorithms_for_space, device_algorithms, list_algorithms, multiagent_algorithms
-    from jaxflow.api.spec import ACTION_SPACES
+def _list(args: argparse.Namespace) -> int:
+    from jaxflow.api.listing import KINDS, print_listing
 
-    print("algorithms:", ", ".join(list_algorithms()))
-    for space in ACTION_SPACES:
-        print(f"for {space} action spaces:", ", ".join(algorithms_for_space(space)))
-    print("with device mode (gymnax and brax envs):", ", ".join(device_algorithms()))
-    print("for policies of multi-agent runs (--multiagent FILE):", ", ".join(multiagent_algorithms()))
-    for kind in ("gymnasium", "gymnax", "brax", "multiagent"):
-        ids = envs.list_envs(kind)
-        print(f"{kind} environments ({len(ids)}):")
-        print("  " + "\n  ".join(ids))
-    tasks = envs.list_task_distributions()
-    print(f"task distributions for MAML ({len(tasks)}):")
-    print("  " + "\n  ".join(tasks))
+    print_listing(tuple(args.kind) if args.kind else KINDS, args.algo, args.all)
     return 0
 
 
@@ -162,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "plot":
             return _plot(args)
-        return _list()
+        return _list(args)
     except Exception as e:  # not SystemExit (--help), which must not import what user_errors() names
         if not isinstance(e, user_errors()) or (args is not None and args.debug):  # --debug: the traceback
             raise

@@ -32,6 +32,9 @@ from jaxflow.config.fields import ConfigError
 DISTRIBUTION = "jaxflow-rl"
 """The name jaxflow is installed under (``pip install jaxflow-rl``)."""
 
+ENV_KINDS = ("gymnasium", "gymnax", "brax", "multiagent")
+"""The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
+
 ABOUT_KEYS = ("description", "reaches")
 """A run file's keys that describe the run rather than set a flag."""
 
@@ -139,7 +142,10 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("--x", default="env_steps_sampled", choices=X_KEYS)
     pl.add_argument("--out", default="curves.png", help="the image to write (.png, .svg, .pdf)")
 
-    ls = sub.add_parser("list", help="algorithms and environments available")
+    ls = sub.add_parser("list", help="algorithms, and the environments they can train with each one's spaces")
+    ls.add_argument("--algo", help="only the environments this algorithm can train")
+    ls.add_argument("--kind", action="append", choices=ENV_KINDS, help="only this kind of environment; repeatable")
+    ls.add_argument("--all", action="store_true", help="every id, also those hidden by default, saying why")
     for command in (t, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p

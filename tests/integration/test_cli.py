@@ -208,9 +208,9 @@ def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
     claim_logdir(str(run))  # a folder of other files is no run
 
 
-def test_list_names_algorithms_and_envs(capsys):
+def test_list_names_algorithms_and_envs(capfd):
     assert cli.main(["list"]) == 0
-    out = capsys.readouterr().out
+    out, err = capfd.readouterr()  # capfd: what libraries print from C reaches the file descriptors
     assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, SAC, TD3" in out
     assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
     assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
@@ -219,8 +219,33 @@ def test_list_names_algorithms_and_envs(capsys):
     assert (
         "multiagent/Coordination-v0" in out and "multiagent/Rendezvous-v0" in out and "jaxflow/MaskedChoice-v0" in out
     )
-    assert "CartPole-v1" in out and "gymnax/CartPole-v1" in out and "brax/inverted_pendulum" in out
-    assert "Failed to import warp" not in out  # mujoco.mjx's note on importing brax, kept out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "obs Box(4,) float32" in rows["CartPole-v1"] and "act Discrete(2)" in rows["CartPole-v1"]
+    assert rows["CartPole-v1"].endswith("A2C A3C APEX APPO DQN IMPALA PPO")  # MAML trains on task distributions
+    assert "act Box(1,) [-2, 2]" in rows["Pendulum-v1"] and " SAC TD3" in rows["Pendulum-v1"]
+    assert "DQN" not in rows["Pendulum-v1"] and "A3C" not in rows["gymnax/Pendulum-v1"]  # no device mode
+    assert "obs Box(4, 84, 84) uint8" in rows["ALE/<Game>-v5"] and "ALE/Pong-v5" not in rows  # one line for all
+    assert "brax/inverted_pendulum" in out and "gymnax/CartPole-v1" in rows
+    # hidden by default: older versions, raw Atari frames, envs whose dependencies are missing
+    assert not {"CartPole-v0", "Hopper-v2", "PongNoFrameskip-v4", "GymV26Environment-v0"} & set(rows)
+    assert "Failed to import warp" not in out + err and "A.L.E" not in out + err  # libraries' banners kept out
+
+
+def test_list_filters_by_algorithm_and_kind_and_all_says_why(capsys):
+    assert cli.main(["list", "--algo", "sac", "--kind", "gymnax"]) == 0
+    out = capsys.readouterr().out
+    assert "gymnax/Pendulum-v1" in out and "gymnax/CartPole-v1" not in out and "CartPole-v1 " not in out
+    assert "brax/" not in out and "multiagent/" not in out
+    from jaxflow.api.listing import _hidden_reason
+
+    ids = ["CartPole-v0", "CartPole-v1", "Pong-v4", "ALE/Pong-v5", "Taxi-v4"]
+    assert [_hidden_reason(i, ids) for i in ids] == [
+        "a newer version exists",
+        "",
+        "raw Atari frames: ALE/<Game>-v5 comes preprocessed",
+        "",
+        "",
+    ]
 
 
 def test_evaluate_reports_greedy_returns(ray_local, tmp_path, capsys):
