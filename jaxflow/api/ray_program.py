@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import warnings
 from typing import Any, NamedTuple
 
 import gymnasium
@@ -182,5 +183,9 @@ def init_ray(address: str | None = None) -> None:
     """Starts an embedded local Ray, or connects to ``address`` (a Ray cluster)."""
     import ray
 
+    # Ray starts its processes with subprocess (fork, then exec at once), and JAX's at-fork
+    # hook warns about any fork once its threads run; nothing runs between the fork and the
+    # exec, so the warning is noise (it reached every notebook that started Ray).
+    warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)

@@ -86,14 +86,33 @@ class TensorBoardWriter:
         self._w.close()
 
 
+def progress_display() -> str:
+    """Where progress goes: ``"notebook"`` (a Jupyter kernel with ipywidgets: tqdm's widget),
+    ``"terminal"`` (stderr is a terminal: tqdm's bar) or ``"lines"`` (one line per iteration:
+    logs, pipes, and notebooks without ipywidgets, where tqdm's widget would only warn)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if type(shell).__name__ == "ZMQInteractiveShell":  # a Jupyter kernel (not the IPython terminal)
+        try:
+            import ipywidgets  # noqa: F401 - tqdm's widget needs it
+        except ImportError:
+            return "lines"
+        return "notebook"
+    return "terminal" if sys.stderr.isatty() else "lines"
+
+
 class ConsoleProgress:
-    """A progress bar on a terminal (tqdm), one plain line per iteration otherwise."""
+    """A progress bar (tqdm's on a terminal, its widget in a notebook), one plain line per
+    iteration otherwise."""
 
     def __init__(self, stop: Mapping[str, float]):
-        from tqdm import tqdm
+        display = progress_display()
+        if display == "notebook":
+            from tqdm.notebook import tqdm
+        else:
+            from tqdm import tqdm
 
         self._key = next((k for k in ("env_steps_sampled", "training_iteration", "time_s") if k in stop), None)
-        self._tty = sys.stderr.isatty()
+        self._tty = display != "lines"
         total = stop.get(self._key) if self._key else None
         self._bar = tqdm(
             total=total, unit=" steps" if self._key == "env_steps_sampled" else " it", disable=not self._tty
