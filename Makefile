@@ -6,10 +6,11 @@ SOURCES := jaxflow algorithms envs tests benchmarks
 
 .PHONY: train test check lint typecheck format bench clean
 
-$(BIN)/jaxflow: pyproject.toml
+# constraints.txt pins every dependency to the versions CI tests (pip resolves the newest without it).
+$(BIN)/jaxflow: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test]" -c constraints.txt
 	touch $@
 
 # The demo run: each `make train` replaces the last one in runs/ppo-cartpole (--overwrite; a
