@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jaxflow.api.cli_args import MODES, new_run, overrides, parse
+from jaxflow.api.cli_args import MODES, import_modules, new_run, overrides, parse
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.loggers import parse_loggers
 from jaxflow.api.user_errors import check_evaluate, check_train, one_line, user_errors
@@ -137,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
+        import_modules(getattr(args, "imports", []))  # the user's envs and models, before anything is built
         if args.command == "train":
             check_train(args)
             parse_loggers(args.logger)  # names checked before anything starts

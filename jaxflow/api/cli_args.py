@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -126,6 +127,15 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
     t.add_argument("--quiet", action="store_true", help="no progress output")
 
+    imports = {
+        "action": "append",
+        "default": [],
+        "dest": "imports",
+        "metavar": "MODULE",
+        "help": "import a module of yours first (from the current directory or installed), e.g. one that "
+        "registers environments or models; repeatable",
+    }
+    t.add_argument("--import", **imports)  # type: ignore[arg-type]
     e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     e.add_argument("--episodes", type=int_at_least(1), default=10)
@@ -135,6 +145,8 @@ def parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
     x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
+    for command in (e, x):
+        command.add_argument("--import", **imports)  # type: ignore[arg-type]
 
     pl = sub.add_parser("plot", help="learning curves of run directories")
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -192,6 +204,30 @@ def new_run(args: argparse.Namespace) -> tuple[Any, Any]:
         spec = get_algorithm(args.algo)
         return spec, with_overrides(spec.config_cls(), overrides(args))
     raise ConfigError("train needs --algo NAME, --multiagent FILE, --config FILE or --resume LOGDIR.")
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """``--import``: each module imported, from the current directory or the installed packages,
+    and pickled by value so that Ray workers on any node get what it defines (an environment's
+    factory, a model) with the run, without the file."""
+    import importlib
+    import sys
+
+    from jaxflow.dataflow.actors import ship_module_by_value
+
+    if names and "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` does
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not name.startswith(e.name):
+                raise  # the user's module imports something missing: its own traceback
+            raise ConfigError(
+                f"--import {name}: no module named {e.name!r} in the current directory ({os.getcwd()}) "
+                "or the installed packages."
+            ) from None
+        ship_module_by_value(module)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

@@ -204,7 +204,14 @@ def ship_by_value(obj: Any) -> None:
     cloudpickle then sends that module's code by value. ``__main__`` is sent by value
     anyway; jaxflow and installed packages stay by reference."""
     module = sys.modules.get(type(obj).__module__)
-    if module is None or module.__name__ == "__main__" or module.__name__.split(".")[0] == "jaxflow":
+    if module is not None:
+        ship_module_by_value(module)
+
+
+def ship_module_by_value(module: Any) -> None:
+    """Ray actors get ``module``'s code with what they are sent (see :func:`ship_by_value`),
+    unless it is ``__main__`` (sent by value anyway), jaxflow's or an installed package's."""
+    if module.__name__ == "__main__" or module.__name__.split(".")[0] == "jaxflow":
         return
     if "site-packages" in (getattr(module, "__file__", None) or ""):
         return

@@ -374,3 +374,43 @@ def test_version_is_the_installed_distributions(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out == f"jaxflow {version('jaxflow-rl')}\n"
+
+
+MY_ENVS = '''
+import gymnasium
+import numpy as np
+from jaxflow import envs
+
+
+class Timer(gymnasium.Env):
+    """Three steps of reward 1 whatever the actions."""
+
+    observation_space = gymnasium.spaces.Box(0.0, 1.0, (1,), np.float32)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t / 3, np.float32), 1.0, self.t >= 3, False, {}
+
+
+envs.register("mine/Timer-v0", lambda context, **kw: Timer())
+'''
+
+
+def test_import_brings_a_users_env_to_the_cli_and_its_workers(ray_local, tmp_path, monkeypatch, capsys):
+    """A module beside the command (not installed, not on the workers' path) registers an env;
+    the run's Ray worker steps it."""
+    (tmp_path / "my_envs_for_cli.py").write_text(MY_ENVS)
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "--import", "my_envs_for_cli", "--algo", "PPO", "--env", "mine/Timer-v0", "--num-workers", "1"]
+    argv += ["--set", "train_batch_size=64", "--set", "minibatch_size=32", "--stop", "training_iteration=1"]
+    assert cli.main([*argv, "--logdir", str(tmp_path / "run"), "--quiet"]) == 0
+    last = json.loads((tmp_path / "run" / "progress.jsonl").read_text().splitlines()[-1])
+    assert last["episode_return_mean"] == 3.0 and last["num_healthy_workers"] == 1
+    assert cli.main(["train", "--import", "no_such_module_here", "--algo", "PPO"]) == 2
+    assert "--import no_such_module_here: no module named 'no_such_module_here'" in capsys.readouterr().err
