@@ -36,6 +36,9 @@ DISTRIBUTION = "jaxflow-rl"
 ENV_KINDS = ("gymnasium", "gymnax", "brax", "multiagent")
 """The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
 
+KEY_VALUE_FLAGS = ("FIELD=VALUE", "KEY=VALUE")
+"""The metavars of the repeatable flags a run file gives as an object (``set``, ``stop``)."""
+
 ABOUT_KEYS = ("description", "reaches")
 """A run file's keys that describe the run rather than set a flag."""
 
@@ -262,8 +265,10 @@ def run_file_arguments(path: str) -> list[tuple[str, ...]]:
         raise ConfigError(f"--config {path}: cannot read it as JSON ({e}).") from None
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a JSON object of train's flags, got {type(data).__name__}.")
-    actions = {a.dest: a for a in _train_parser()._actions if a.option_strings}
-    allowed = sorted(set(actions) - set(NOT_IN_FILES) - {"help"})
+    actions = {  # by flag name (num_workers for --num-workers, import for --import)
+        flag.lstrip("-").replace("-", "_"): a for a in _train_parser()._actions for flag in a.option_strings
+    }
+    allowed = sorted(set(actions) - set(NOT_IN_FILES) - {"help", "h"})
     out: list[tuple[str, ...]] = []
     for key, value in data.items():
         dest = key.replace("-", "_")
@@ -285,10 +290,12 @@ def _as_arguments(path: str, key: str, action: argparse.Action, value: Any) -> l
         if not isinstance(value, bool):
             raise ConfigError(f"--config {path}: {key!r} is a switch; give true or false, got {value!r}.")
         return [(flag,)] if value else []
-    if isinstance(action, argparse._AppendAction):  # --set and --stop: an object of KEY: VALUE
+    if isinstance(action, argparse._AppendAction) and action.metavar in KEY_VALUE_FLAGS:  # --set, --stop
         if not isinstance(value, dict):
             raise ConfigError(f"--config {path}: {key!r} takes an object of KEY: VALUE, got {value!r}.")
         return [(flag, f"{k}={_text(v)}") for k, v in value.items()]
+    if isinstance(action, argparse._AppendAction):  # --import: a list of values (or one)
+        return [(flag, _text(v)) for v in (value if isinstance(value, list) else [value])]
     return [(flag, _text(value))]
 
 

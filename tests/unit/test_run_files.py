@@ -74,3 +74,15 @@ def test_flags_given_override_the_files(tmp_path):
     assert overrides(args)["lr"] == "1e-4" and config.optimizer.lr == 1e-4
     assert config.hidden_sizes == (64, 64) and config.env_config == {"sutton_barto_reward": True}
     assert config.seed == 7
+
+
+def test_a_run_file_names_modules_to_import(tmp_path):
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps({"import": ["json", "csv"], "num-workers": 0, "algo": "PPO"}))
+    assert run_file_arguments(str(run)) == [
+        ("--import", "json"),
+        ("--import", "csv"),
+        ("--num-workers", "0"),
+        ("--algo", "PPO"),
+    ]
+    assert parse(["train", "--config", str(run), "--import", "math"]).imports == ["json", "csv", "math"]
