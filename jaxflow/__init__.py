@@ -9,9 +9,14 @@ The engine's parts live in sub-packages: ``api``, ``config``, ``dataflow``, ``op
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 from jaxflow._lazy import lazy_exports
+
+# In a notebook without ipywidgets, importing tqdm.auto (Ray and others do) warns that its widget
+# is missing; jaxflow's progress then prints lines instead (api.writers.progress_display).
+warnings.filterwarnings("ignore", message="IProgress not found", category=Warning)
 
 _NAMES_BY_PART: dict[str, str] = {
     "jaxflow.api": (

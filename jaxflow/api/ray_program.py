@@ -187,5 +187,6 @@ def init_ray(address: str | None = None) -> None:
     # hook warns about any fork once its threads run; nothing runs between the fork and the
     # exec, so the warning is noise (it reached every notebook that started Ray).
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)  # "Missing packages: ipywidgets" in notebooks
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
