@@ -18,6 +18,7 @@ from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.actors import jax_actor, ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
+from jaxflow.dataflow.placement import beside_driver
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
@@ -75,7 +76,7 @@ class RayProgram:
         self.normalizes = self.workers.normalizer is not None
         self._evaluator: Any = None  # evaluation during training's actor
         if config.evaluation_interval:  # started now: its process starts up beside the workers'
-            self._evaluator = jax_actor(Evaluator, num_cpus=0).remote(
+            self._evaluator = jax_actor(Evaluator, **beside_driver()).remote(
                 config, self.policy, envs.custom_entry(config.env)
             )
         if self.normalizes:  # the workers' statistics merged once per training iteration
