@@ -70,8 +70,8 @@ class Placement:
         )
 
     def check_room(self, count: int, what: str, patience_s: float = FREE_CPU_PATIENCE_S) -> None:
-        """Raises :class:`ConfigError` unless ``count`` actors, ``what`` (e.g. "2 rollout
-        workers"), can be placed now: one fits on some live node, and the cluster has the
+        """Raises :class:`ConfigError` unless ``count`` actors, ``what`` (e.g. "rollout
+        workers (num_workers=2)"), can be placed now: one fits on some live node, and the cluster has the
         resources of all of them free (waiting up to ``patience_s`` for those of actors
         killed a moment ago). Ray would otherwise queue them forever."""
         if not self.fits_a_live_node():

@@ -82,7 +82,7 @@ class ReplayShards:
         # The plan's threads may meet one dead shard at once: one of them recreates it (views share the lock).
         self._failure_lock = threading.Lock()
         self.placement, self.placement_timeout_s = placement or Placement(), placement_timeout_s
-        self.placement.check_room(num_shards, f"{num_shards} replay shards")
+        self.placement.check_room(num_shards, f"replay shards (num_replay_shards={num_shards})")
         # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
         self._actor_cls = jax_actor(ReplayShard, max_concurrency=max_concurrency, **self.placement.options())
         self._seeds = np.random.SeedSequence(seed).spawn(num_shards)

@@ -71,7 +71,9 @@ class WorkerSet:
             self.placement = worker_placement(cfg.rollout)
             _check_gpus(cfg.rollout.num_workers, cfg.rollout.num_gpus_per_worker)
             # Ray would queue actors that cannot be placed forever; say so instead.
-            self.placement.check_room(cfg.rollout.num_workers, f"{cfg.rollout.num_workers} rollout workers")
+            self.placement.check_room(
+                cfg.rollout.num_workers, f"rollout workers (num_workers={cfg.rollout.num_workers})"
+            )
             self._actor_cls = jax_actor(self.worker_cls, max_restarts=0, **self.placement.options())
             for i in range(cfg.rollout.num_workers):
                 self._slots[i] = self._create(i)
