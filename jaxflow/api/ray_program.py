@@ -127,6 +127,15 @@ class RayProgram:
         weights = self.learner.get_weights()
         return self._evaluator.evaluate.remote(weights, episodes, seed, self.workers.normalizer).future()
 
+    def node_ids(self) -> dict[str, Any]:
+        """The Ray node of each of the run's actors: ``workers`` (by index), ``replay`` (by
+        shard) and ``evaluator`` (None where the run has none)."""
+        import ray
+
+        evaluator = None if self._evaluator is None else ray.get(self._evaluator.node_id.remote())
+        replay = [] if self.replay is None else self.replay.node_ids()
+        return {"workers": self.workers.node_ids(), "replay": replay, "evaluator": evaluator}
+
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits
         for the threads to end."""

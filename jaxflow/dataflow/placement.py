@@ -139,13 +139,20 @@ class ActorPlacementError(ConfigError):
     resources the cluster does not have (any more), a user's error like the up-front check's."""
 
 
+def lost_with_its_node(error: BaseException) -> bool:
+    """Whether an actor died of something other than its own start-up code (its node
+    left, say), so that creating it again may succeed."""
+    return isinstance(error, ray.exceptions.RayActorError) and not error.actor_init_failed
+
+
 def beside_driver() -> dict[str, Any]:
-    """Actor options that put a 0-CPU actor on the driver's node (soft: elsewhere if the
-    node cannot take it), where it never takes a resource the workers were given and
-    is lost only with the driver itself."""
+    """Actor options that put a 0-CPU actor on the driver's node, where it never takes a
+    resource the workers were given and is lost only with the driver itself. The affinity
+    is hard: that node lives as long as the run, and Ray's soft affinity sends an actor with
+    a runtime env (every ``jax_actor``) to other nodes at times."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    return dict(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id(), soft=True))
+    return dict(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id(), soft=False))
 
 
 def node_id() -> str:

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import ray
 
-from jaxflow.config.constants import STARTUP_TIMEOUT_S
+from jaxflow.config.constants import MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.dataflow.actors import jax_actor
-from jaxflow.dataflow.placement import Placement, wait_placed
+from jaxflow.dataflow.placement import Placement, lost_with_its_node, wait_placed
 from jaxflow.replay.shard import ReplayShard, ReplayShardError
 
 log = logging.getLogger(__name__)
@@ -159,12 +159,7 @@ class ReplayShards:
         except ray.exceptions.RayError:
             pass
         ray.kill(self.actors[index], no_restart=True)
-        self._generations[index] += 1
-        new = self._create(index, self._generations[index])
-        # Placed on a node that is left (or named, if none can hold it) before it loads.
-        wait_placed(
-            new.ping.remote(), self.placement, f"replay shard {index}", STARTUP_TIMEOUT_S, self.placement_timeout_s
-        )
+        new = self._start(index)
         source = self.restore_from  # read once: a checkpoint may be written meanwhile
         path = self._path(source, index) if source and os.path.exists(self._path(source, index)) else None
         restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path else 0
@@ -176,6 +171,21 @@ class ReplayShards:
         log.warning(
             "replay shard %d failed (%s); restarted it with %d items from %s", index, error, restored, path or "nothing"
         )
+
+    def _start(self, index: int) -> Any:
+        """A new shard ``index``, placed on a node that is left (named if none can hold it)."""
+        what, attempt = f"replay shard {index}", 1
+        while True:
+            self._generations[index] += 1
+            new = self._create(index, self._generations[index])
+            try:
+                wait_placed(new.ping.remote(), self.placement, what, STARTUP_TIMEOUT_S, self.placement_timeout_s)
+                return new
+            except ray.exceptions.RayError as e:
+                if not lost_with_its_node(e) or attempt == MAX_START_ATTEMPTS:
+                    raise
+                log.warning("%s died as it started (%s); creating it again", what, e)
+                attempt += 1
 
     @staticmethod
     def _path(directory: str, index: int) -> str:

@@ -13,19 +13,15 @@ from typing import Any
 import ray
 
 from jaxflow import envs
-from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, STARTUP_TIMEOUT_S
+from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.groups import RolloutConfig
 from jaxflow.dataflow.actors import jax_actor
-from jaxflow.dataflow.placement import Placement, check_placeable, node_id
+from jaxflow.dataflow.placement import Placement, check_placeable, lost_with_its_node, node_id
 from jaxflow.rollout.normalize import Normalizer, normalizer_merge
 from jaxflow.rollout.worker import RolloutWorker
 
 log = logging.getLogger(__name__)
-
-MAX_START_ATTEMPTS = 3
-"""Times a restarted worker is created before its failure to start ends the run: a node
-that was leaving as it was placed there takes an attempt."""
 
 
 class WorkerCrashedError(RuntimeError):
@@ -125,7 +121,7 @@ class WorkerSet:
             try:
                 ray.get(ref)
             except ray.exceptions.RayError as e:
-                if _lost_with_its_node(e) and attempt < MAX_START_ATTEMPTS:
+                if lost_with_its_node(e) and attempt < MAX_START_ATTEMPTS:
                     self._start(i, since, attempt + 1)  # placed on a node that was leaving: placed again
                     continue
                 raise WorkerCrashedError(f"rollout worker {i} failed to restart: {e}") from e
@@ -266,12 +262,6 @@ def worker_placement(rollout: RolloutConfig) -> Placement:
         rollout.custom_resources_per_worker,
         rollout.placement_strategy,
     )
-
-
-def _lost_with_its_node(error: BaseException) -> bool:
-    """Whether an actor died of something other than its own start-up code (its node
-    left, say), so that creating it again may succeed."""
-    return isinstance(error, ray.exceptions.RayActorError) and not error.actor_init_failed
 
 
 def _check_gpus(num_workers: int, per_worker: float) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import ray
 from chaos_driver import checkpoint_sizes
 
 from jaxflow import ActorPlacementError, Algorithm, ConfigError, Placement, ReplayShards
@@ -29,18 +30,24 @@ APEX = dict(
 )
 SPREAD = dict(placement_strategy="spread", custom_resources_per_worker={"rollout": 1})
 MAX_ITERATIONS_TO_RECOVER = 200
+EVALUATION_EPISODES = 2
+# Evaluation during training, rarely: to show where its actor runs.
+EVALUATION = dict(evaluation_interval=50, evaluation_episodes=EVALUATION_EPISODES)
 
 
 @pytest.mark.learning
 def test_ppo_workers_spread_over_the_worker_nodes_and_learn_as_on_one_node(ray_cluster):
-    algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=2, seed=0, **SPREAD)
+    algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=2, seed=0, **SPREAD, **EVALUATION)
     try:
-        nodes = algo.program.workers.node_ids()
+        nodes = algo.program.node_ids()
         result = train(algo, {"episode_return_mean": PPO_TARGET, "env_steps_sampled": PPO_BUDGET}, verbose=False)
+        evaluation = algo.program.evaluate_async(EVALUATION_EPISODES, seed=1).result()
     finally:
         algo.stop()
     # {"rollout": 1} keeps them off the head, which has none; "spread" puts one on each node.
-    assert sorted(nodes.values()) == sorted([ray_cluster.a.node_id, ray_cluster.b.node_id])
+    assert sorted(nodes["workers"].values()) == sorted([ray_cluster.a.node_id, ray_cluster.b.node_id])
+    assert nodes["evaluator"] == ray.get_runtime_context().get_node_id() == ray_cluster.head.node_id  # the driver's
+    assert evaluation["episodes"] == EVALUATION_EPISODES and evaluation["return_mean"] >= 1.0
     assert result["episode_return_mean"] >= PPO_TARGET, result
     assert result["env_steps_sampled"] <= PPO_BUDGET + LAST_BATCH
     assert result["env_steps_trained"] == result["env_steps_sampled"]
@@ -72,7 +79,8 @@ def test_apex_loses_a_node_and_trains_on_with_its_actors_back_on_the_other(ray_c
     a, b = ray_cluster.a.node_id, ray_cluster.b.node_id
     algo = Algorithm.build("APEX", **APEX, **SPREAD, custom_resources_per_replay_shard={"replay": 1})
     try:
-        workers, shards = algo.program.workers.node_ids(), algo.replay.node_ids()
+        nodes = algo.program.node_ids()
+        workers, shards = nodes["workers"], nodes["replay"]
         results = [algo.train() for _ in range(2)]
         checkpoint = algo.save(str(tmp_path))
         saved = checkpoint_sizes(checkpoint, len(shards))
@@ -86,14 +94,14 @@ def test_apex_loses_a_node_and_trains_on_with_its_actors_back_on_the_other(ray_c
             )
             if back and results[-1]["episode_return_mean"] >= APEX_TARGET:
                 break
-        workers_after, shards_after = algo.program.workers.node_ids(), algo.replay.node_ids()
+        after = algo.program.node_ids()
     finally:
         algo.stop()
     # Before: one actor and one shard on each worker node ("spread"), none on the head.
     assert sorted(workers.values()) == sorted(shards) == sorted([a, b])
     # After: the lost ones are back, on the node that is left, the shard from the checkpoint.
     assert lost_workers and lost_shards
-    assert workers_after == {i: a for i in workers} and shards_after == [a] * len(shards)
+    assert after["workers"] == {i: a for i in workers} and after["replay"] == [a] * len(shards)
     assert results[-1]["num_worker_restarts"] == len(lost_workers) and results[-1]["num_healthy_workers"] == 2
     assert algo.replay.num_restarts == len(lost_shards)
     assert algo.replay.restored_sizes == {i: saved[i] for i in lost_shards} and sum(saved) > 0
