@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import itertools
 
+import jax
 import pytest
 import ray
 from chaos_driver import checkpoint_sizes
 
-from jaxflow import ActorPlacementError, Algorithm, ConfigError, Placement, ReplayShards
+from jaxflow import (
+    ActorPlacementError,
+    Algorithm,
+    ConfigError,
+    Placement,
+    ReplayShards,
+    WorkerSet,
+    WorkerSpec,
+    envs,
+    get_algorithm,
+    make_config,
+)
 from jaxflow.api.loop import train
 
 PPO_TARGET, PPO_BUDGET = 450.0, 200_000  # tests/learning/test_learning.py's, on one node
@@ -31,6 +43,7 @@ APEX = dict(
 )
 SPREAD = dict(placement_strategy="spread", custom_resources_per_worker={"rollout": 1})
 MAX_ITERATIONS_TO_RECOVER = 200
+PPO = get_algorithm("PPO")
 EVALUATION_EPISODES = 2
 # Evaluation during training, rarely: to show where its actor runs.
 EVALUATION = dict(evaluation_interval=50, evaluation_episodes=EVALUATION_EPISODES)
@@ -115,16 +128,36 @@ def test_apex_loses_a_node_and_trains_on_with_its_actors_back_on_the_other(ray_c
     assert first["env_steps_sampled"] <= APEX_BUDGET, first
 
 
-def test_a_shard_whose_only_node_left_is_named_after_the_placement_timeout(ray_cluster, tmp_path):
+def test_a_worker_and_a_shard_whose_only_node_left_are_named_after_the_placement_timeout(ray_cluster, tmp_path):
     """Runs after the Ape-X test, on node a, the last worker node: a new node would cost seconds."""
+    half_of_a = {"node_a": 0.5}  # node a has 1: room for both
+    config = make_config(
+        PPO.config_cls,
+        env="CartPole-v1",
+        num_workers=1,
+        custom_resources_per_worker=half_of_a,
+        on_worker_failure="restart",
+        placement_timeout_s=1.0,
+    )
+    env = envs.make_cpu(config.env)
+    policy = PPO.policy(config, env.observation_space, env.action_space)
+    workers = WorkerSet(WorkerSpec(config, policy), policy.init(jax.random.PRNGKey(0)))
     shards = ReplayShards(
-        1, capacity=64, on_failure="restart", placement=Placement(resources={"node_a": 1}), placement_timeout_s=1.0
+        1, capacity=64, on_failure="restart", placement=Placement(resources=half_of_a), placement_timeout_s=1.0
     )
     try:
-        assert shards.node_ids() == [ray_cluster.a.node_id]
+        assert workers.node_ids() == {0: ray_cluster.a.node_id} and shards.node_ids() == [ray_cluster.a.node_id]
         ray_cluster.cluster.remove_node(ray_cluster.a)
         # The save meets the dead shard and restarts it; no live node has node_a any more.
-        with pytest.raises(ActorPlacementError, match=r"replay shard 0 cannot be placed: no live node .*'node_a': 1"):
+        with pytest.raises(
+            ActorPlacementError, match=r"replay shard 0 cannot be placed: no live node .*'node_a': 0\.5"
+        ):
             shards.save(str(tmp_path))
+        workers.on_failure(0, RuntimeError("its node left"))  # as the plan does when a request fails
+        with pytest.raises(
+            ActorPlacementError, match=r"rollout worker 0 cannot be placed: no live node .*'node_a': 0\.5"
+        ):
+            workers.live()
     finally:
+        workers.stop()
         shards.stop()
