@@ -28,8 +28,8 @@ _NAMES_BY_PART: dict[str, str] = {
         "replace_config require RolloutConfig UNIT"
     ),
     "jaxflow.dataflow": (
-        "ActorPool BackpressureError Concurrently FlowContext from_actors from_items from_iterator jax_actor "
-        "LocalIterator NOT_READY Operator ParallelIterator Producer ProducerError WorkerError"
+        "ActorPlacementError ActorPool BackpressureError Concurrently FlowContext from_actors from_items from_iterator jax_actor "
+        "LocalIterator NOT_READY Operator ParallelIterator Placement Producer ProducerError WorkerError"
     ),
     "jaxflow.learn": (
         "DeviceBatch Learner LearnerThread LearnerThreadError make_optimizer ToDevice ToDeviceError TrainState"
@@ -59,6 +59,7 @@ __all__ = [
     "PER_ENV_FIELDS",
     "POSITIVE",
     "UNIT",
+    "ActorPlacementError",
     "ActorPool",
     "Algorithm",
     "AlgorithmSpec",
@@ -100,6 +101,7 @@ __all__ = [
     "ParallelIterator",
     "ParallelReplay",
     "ParallelRollouts",
+    "Placement",
     "PolicyWorkers",
     "PrioritizedReplayBuffer",
     "Producer",
@@ -196,6 +198,7 @@ if TYPE_CHECKING:
     )
     from jaxflow.dataflow import (
         NOT_READY,
+        ActorPlacementError,
         ActorPool,
         BackpressureError,
         Concurrently,
@@ -203,6 +206,7 @@ if TYPE_CHECKING:
         LocalIterator,
         Operator,
         ParallelIterator,
+        Placement,
         Producer,
         ProducerError,
         WorkerError,

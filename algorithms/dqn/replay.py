@@ -13,6 +13,7 @@ import optax
 
 from jaxflow import (
     DeviceReplay,
+    Placement,
     ReplayShards,
 )
 from jaxflow.config import OffPolicyConfig
@@ -31,6 +32,12 @@ def make_replay(config: Any, samples_per_insert: float | None = None, error_buff
         min_size_to_sample=max(1, config.learning_starts),
         error_buffer=error_buffer,
         on_failure="restart" if config.rollout.on_worker_failure == "restart" else "raise",
+        placement=Placement(
+            config.num_cpus_per_replay_shard,
+            resources=config.custom_resources_per_replay_shard,
+            strategy=config.rollout.placement_strategy,
+        ),
+        placement_timeout_s=config.rollout.placement_timeout_s,
     )
 
 

@@ -28,7 +28,7 @@ from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import evaluation_seed
 from jaxflow.rollout.normalize import refuse_normalization
-from jaxflow.rollout.worker_set import jax_actor
+from jaxflow.rollout.worker_set import jax_actor, worker_placement
 
 Array = jax.Array
 
@@ -91,7 +91,7 @@ class MAMLProgram:
         if self.mode == "ray":
             init_ray()
             self.workers = [
-                jax_actor(MAMLWorker, num_cpus=config.rollout.num_cpus_per_worker).remote(config, self.policy, i)
+                jax_actor(MAMLWorker, **worker_placement(config.rollout).options()).remote(config, self.policy, i)
                 for i in range(config.rollout.num_workers)
             ]
             self.broadcast()

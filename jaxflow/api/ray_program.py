@@ -19,6 +19,7 @@ from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.actors import jax_actor, ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
+from jaxflow.dataflow.placement import beside_driver
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
@@ -76,7 +77,7 @@ class RayProgram:
         self.normalizes = self.workers.normalizer is not None
         self._evaluator: Any = None  # evaluation during training's actor
         if config.evaluation_interval:  # started now: its process starts up beside the workers'
-            self._evaluator = jax_actor(Evaluator, num_cpus=0).remote(
+            self._evaluator = jax_actor(Evaluator, **beside_driver()).remote(
                 config, self.policy, envs.custom_entry(config.env)
             )
         if self.normalizes:  # the workers' statistics merged once per training iteration
@@ -126,6 +127,15 @@ class RayProgram:
         while training goes on (with ``evaluation_interval`` set)."""
         weights = self.learner.get_weights()
         return self._evaluator.evaluate.remote(weights, episodes, seed, self.workers.normalizer).future()
+
+    def node_ids(self) -> dict[str, Any]:
+        """The Ray node of each of the run's actors: ``workers`` (by index), ``replay`` (by
+        shard) and ``evaluator`` (None where the run has none)."""
+        import ray
+
+        evaluator = None if self._evaluator is None else ray.get(self._evaluator.node_id.remote())
+        replay = [] if self.replay is None else self.replay.node_ids()
+        return {"workers": self.workers.node_ids(), "replay": replay, "evaluator": evaluator}
 
     def stop(self) -> None:
         """Stops the plan's background threads, the learner thread and the actors, and waits

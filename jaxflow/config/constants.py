@@ -30,6 +30,10 @@ THREAD_JOIN_TIMEOUT_S = 30.0
 POLL_S = 0.5
 """How often a blocking wait on a queue re-checks whether it should give up."""
 
+MAX_START_ATTEMPTS = 3
+"""Times a restarted worker or shard is created before its failure to start ends the run: a
+node that was leaving as the actor was placed there takes an attempt."""
+
 FREE_CPU_PATIENCE_S = 15.0
 """How long starting workers waits for the CPUs of actors killed a moment ago."""
 

@@ -10,11 +10,35 @@ the holding config's.
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from jaxflow.config.constants import WORKER_SEED_STRIDE
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, Check, param, require, validate
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, Check, ConfigError, param, require, validate
 from jaxflow.config.names import StrictKeywords
+
+PlacementStrategy = Literal["pack", "spread"]
+
+RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+"""Ray's own resources, which a config sets through its num_cpus / num_gpus fields."""
+
+
+def check_resources(owner: str, resources: Mapping[str, Any]) -> None:
+    """Raises :class:`ConfigError` (naming ``owner``, a config field) unless ``resources``
+    maps custom Ray resource names to finite amounts above 0.
+
+    Example:
+        >>> check_resources("RolloutConfig.custom_resources_per_worker", {"rollout": 1})
+    """
+    for name, amount in resources.items():
+        if not isinstance(name, str) or not name or name in RESERVED_RESOURCES:
+            raise ConfigError(
+                f"{owner} names custom Ray resources (e.g. {{'rollout': 1}}); {name!r} is not one "
+                "(CPUs and GPUs have num_cpus/num_gpus fields of their own)."
+            )
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 < amount < math.inf:
+            raise ConfigError(f"{owner}[{name!r}] must be a number above 0, got {amount!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +78,17 @@ class RolloutConfig(StrictKeywords):
     """GPUs (a fraction: workers share one) Ray reserves for each rollout worker; above 0 the
     worker's policy acts on that GPU instead of the worker's CPU, which then only steps envs
     (with num_workers=0 the driver's worker acts on the driver's default device either way)."""
+    custom_resources_per_worker: dict = param(None, factory=dict)
+    """Custom Ray resources each rollout worker needs, e.g. ``{"rollout": 1}``: workers then
+    run only on nodes started with them (``ray start --resources='{"rollout": 8}'``), at
+    most as many per node as the node has."""
+    placement_strategy: PlacementStrategy = "pack"
+    """How Ray places the run's actors (rollout workers and replay shards) over the nodes
+    that have their resources: "pack" (Ray's default: fill a node, the driver's first,
+    before using the next) or "spread" (each new actor on the node with the fewest)."""
+    placement_timeout_s: float = param(60.0, POSITIVE)
+    """A worker or shard restarted after its node left waits this long for a live node
+    with its resources (one may join) before the run stops, naming what it needs."""
     check_finite: bool = True
     """A NaN or infinite observation or reward from an env stops the worker on that step,
     naming the env, the worker and the field (False lets them through)."""
@@ -67,6 +102,7 @@ class RolloutConfig(StrictKeywords):
 
     def __post_init__(self) -> None:
         validate(self)
+        check_resources("RolloutConfig.custom_resources_per_worker", self.custom_resources_per_worker)
         require(
             self.num_env_groups == 1 or self.vector_env == "ale",
             f"num_env_groups={self.num_env_groups} needs vector_env='ale' (python envs step in the worker's thread).",

@@ -6,6 +6,7 @@ import dataclasses
 
 from jaxflow.config.common import CommonConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.config.groups import check_resources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +25,12 @@ class OffPolicyConfig(CommonConfig):
     """Transitions per shard before replay starts."""
     num_replay_shards: int = param(1, POSITIVE)
     """Replay shard actors the buffer is split over."""
+    num_cpus_per_replay_shard: float = param(0.0, NON_NEGATIVE)
+    """CPUs Ray reserves for each replay shard (0: shards never keep a rollout worker from
+    starting, and go to any node that has their custom resources)."""
+    custom_resources_per_replay_shard: dict = param(None, factory=dict)
+    """Custom Ray resources each replay shard needs, e.g. ``{"replay": 1}``: shards then run
+    only on nodes started with them, placed by ``placement_strategy``."""
     n_step: int = param(3, POSITIVE)
     """Steps summed into each return before bootstrapping (1: one-step targets)."""
     target_update_period: int = param(100, POSITIVE)
@@ -50,6 +57,9 @@ class OffPolicyConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_resources(
+            f"{type(self).__name__}.custom_resources_per_replay_shard", self.custom_resources_per_replay_shard
+        )
         require(
             self.n_step < self.rollout.rollout_fragment_length or self.n_step == 1,
             f"n_step ({self.n_step}) must be smaller than rollout_fragment_length "

@@ -13,10 +13,12 @@ from jaxflow.dataflow.actors import (
 from jaxflow.dataflow.concurrency import Concurrently, put
 from jaxflow.dataflow.context import FlowContext
 from jaxflow.dataflow.iterators import NOT_READY, BackpressureError, LocalIterator, Operator, from_items, from_iterator
+from jaxflow.dataflow.placement import ActorPlacementError, Placement
 from jaxflow.dataflow.producer import Producer, ProducerError, merged
 
 __all__ = [
     "NOT_READY",
+    "ActorPlacementError",
     "ActorPool",
     "ActorSource",
     "BackpressureError",
@@ -25,6 +27,7 @@ __all__ = [
     "LocalIterator",
     "Operator",
     "ParallelIterator",
+    "Placement",
     "Producer",
     "ProducerError",
     "WorkerError",

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxflow.dataflow import placement
 from jaxflow.replay import transitions
 from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
 
@@ -148,6 +149,10 @@ class ReplayShard:
 
     def ping(self) -> int:
         return self.generation
+
+    def node_id(self) -> str:
+        """The Ray node this shard runs on."""
+        return placement.node_id()
 
     def add(
         self, batch: Mapping[str, np.ndarray] | ReplayRows, priorities: np.ndarray | None = None, timeout_s: float = 0.0

@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 import ray
 
+from jaxflow.config.constants import MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.dataflow.actors import jax_actor
+from jaxflow.dataflow.placement import Placement, lost_with_its_node, wait_placed
 from jaxflow.replay.shard import ReplayShard, ReplayShardError
 
 log = logging.getLogger(__name__)
@@ -23,8 +25,10 @@ log = logging.getLogger(__name__)
 class ReplayShards:
     """N :class:`ReplayShard` actors; the :class:`~jaxflow.dataflow.actors.ActorSource` of ``ParallelReplay``.
 
-    Shards take no CPU from Ray's scheduler (``num_cpus=0``), so they never keep a
-    rollout worker from starting; each has its own generator, seeded from ``seed``
+    Shards go where ``placement`` puts them: by default they take no CPU from Ray's
+    scheduler, so they never keep a rollout worker from starting; a shard that no live
+    node can hold (its node left) ends the run after ``placement_timeout_s``, naming
+    what it needs. Each has its own generator, seeded from ``seed``
     through ``SeedSequence.spawn`` so the shards' draws are independent.
     ``batch_size``, ``beta`` (a number, or a function of nothing evaluated per
     request, for annealing) and ``sample_wait_s`` are what a ``"sample"`` request asks
@@ -59,6 +63,8 @@ class ReplayShards:
         max_concurrency: int = 16,
         timeout_s: float = 60.0,
         on_failure: str = "raise",
+        placement: Placement | None = None,
+        placement_timeout_s: float = 60.0,
     ):
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}.")
@@ -75,8 +81,10 @@ class ReplayShards:
         }
         # The plan's threads may meet one dead shard at once: one of them recreates it (views share the lock).
         self._failure_lock = threading.Lock()
+        self.placement, self.placement_timeout_s = placement or Placement(), placement_timeout_s
+        self.placement.check_room(num_shards, f"replay shards (num_replay_shards={num_shards})")
         # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
-        self._actor_cls = jax_actor(ReplayShard, num_cpus=0, max_concurrency=max_concurrency)
+        self._actor_cls = jax_actor(ReplayShard, max_concurrency=max_concurrency, **self.placement.options())
         self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
         self._args = (capacity, alpha, samples_per_insert, min_size_to_sample, error_buffer)
         self._generations = [0] * num_shards
@@ -151,8 +159,7 @@ class ReplayShards:
         except ray.exceptions.RayError:
             pass
         ray.kill(self.actors[index], no_restart=True)
-        self._generations[index] += 1
-        new = self._create(index, self._generations[index])
+        new = self._start(index)
         source = self.restore_from  # read once: a checkpoint may be written meanwhile
         path = self._path(source, index) if source and os.path.exists(self._path(source, index)) else None
         restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path else 0
@@ -164,6 +171,21 @@ class ReplayShards:
         log.warning(
             "replay shard %d failed (%s); restarted it with %d items from %s", index, error, restored, path or "nothing"
         )
+
+    def _start(self, index: int) -> Any:
+        """A new shard ``index``, placed on a node that is left (named if none can hold it)."""
+        what, attempt = f"replay shard {index}", 1
+        while True:
+            self._generations[index] += 1
+            new = self._create(index, self._generations[index])
+            try:
+                wait_placed(new.ping.remote(), self.placement, what, STARTUP_TIMEOUT_S, self.placement_timeout_s)
+                return new
+            except ray.exceptions.RayError as e:
+                if not lost_with_its_node(e) or attempt == MAX_START_ATTEMPTS:
+                    raise
+                log.warning("%s died as it started (%s); creating it again", what, e)
+                attempt += 1
 
     @staticmethod
     def _path(directory: str, index: int) -> str:
@@ -196,6 +218,10 @@ class ReplayShards:
         sizes = ray.get([a.load.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
         self.saved_at(directory)
         return sizes
+
+    def node_ids(self) -> list[str]:
+        """The Ray node each shard runs on, in shard order."""
+        return ray.get([a.node_id.remote() for a in self.actors], timeout=self.timeout_s)
 
     def stats(self) -> list[dict[str, Any]]:
         """Every shard's :meth:`ReplayShard.stats`, in shard order."""

@@ -12,6 +12,7 @@ import numpy as np
 
 from jaxflow import envs
 from jaxflow.config.constants import EVALUATION_SEED_OFFSET
+from jaxflow.dataflow import placement
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.normalize import Normalizer, normalize_observations
 from jaxflow.rollout.video import DEFAULT_FPS, EpisodeVideo, video_env
@@ -143,3 +144,7 @@ class Evaluator:
 
     def evaluate(self, params: Any, episodes: int, seed: int, normalizer: Normalizer | None) -> dict[str, Any]:
         return evaluate_policy(self.config, self.policy, params, episodes, seed, normalizer)
+
+    def node_id(self) -> str:
+        """The Ray node this evaluator runs on."""
+        return placement.node_id()

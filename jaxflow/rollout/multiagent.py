@@ -117,6 +117,7 @@ class MultiAgentRolloutWorker:
 
     # The same actor protocol as a single-agent worker (ping, par_for_each's chains).
     ping = RolloutWorker.ping
+    node_id = RolloutWorker.node_id
     run_chain = RolloutWorker.run_chain
 
     def set_weights(self, weights: dict[str, Any], version: dict[str, int]) -> None:

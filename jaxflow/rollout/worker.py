@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxflow import envs
 from jaxflow.config.constants import worker_seed
+from jaxflow.dataflow import placement
 from jaxflow.dataflow.iterators import _call
 from jaxflow.policies.policy import Policy, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
@@ -157,6 +158,10 @@ class RolloutWorker:
 
     def ping(self) -> int:
         return self.index
+
+    def node_id(self) -> str:
+        """The Ray node this worker runs on."""
+        return placement.node_id()
 
     def set_weights(self, weights: Any, version: int) -> None:
         self._weights = (jax.device_put(weights), version)

@@ -13,9 +13,11 @@ from typing import Any
 import ray
 
 from jaxflow import envs
-from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, FREE_CPU_PATIENCE_S, STARTUP_TIMEOUT_S
+from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
+from jaxflow.config.groups import RolloutConfig
 from jaxflow.dataflow.actors import jax_actor
+from jaxflow.dataflow.placement import Placement, check_placeable, lost_with_its_node, node_id
 from jaxflow.rollout.normalize import Normalizer, normalizer_merge
 from jaxflow.rollout.worker import RolloutWorker
 
@@ -54,40 +56,21 @@ class WorkerSet:
         # the flag keep the new actor from outliving the run (and holding its CPU).
         self._lock = threading.Lock()
         self._stopped = False
-        # Restarted workers still starting: index -> (handle, its first ping, when to give up).
-        self._starting: dict[int, tuple[Any, ray.ObjectRef, float]] = {}
+        # Restarted workers still starting: index -> (handle, its first ping, when it failed, attempt).
+        self._starting: dict[int, tuple[Any, ray.ObjectRef, float, int]] = {}
+        self._startup_s = max(self.timeout_s, STARTUP_TIMEOUT_S)
         self._incarnation: dict[int, int] = {}
         self._slots: dict[int, Any] = {}
         if cfg.rollout.num_workers == 0:
             self._slots[0] = _InDriver(self.worker_cls(spec, 0))
         else:
+            self.placement = worker_placement(cfg.rollout)
+            _check_gpus(cfg.rollout.num_workers, cfg.rollout.num_gpus_per_worker)
             # Ray would queue actors that cannot be placed forever; say so instead.
-            need = cfg.rollout.num_workers * cfg.rollout.num_cpus_per_worker
-            free, total = _free_cpus(need), ray.cluster_resources().get("CPU", 0)
-            if need > free:
-                raise ConfigError(
-                    f"num_workers={cfg.rollout.num_workers} x num_cpus_per_worker={cfg.rollout.num_cpus_per_worker} needs {need:g} "
-                    f"CPUs but only {free:g} of the Ray cluster's {total:g} are free (another run may hold the rest); "
-                    "lower num_workers or num_cpus_per_worker, or stop the other run."
-                )
-            gpus = cfg.rollout.num_workers * cfg.rollout.num_gpus_per_worker
-            have = ray.cluster_resources().get("GPU", 0)
-            if gpus > have:
-                raise ConfigError(
-                    f"num_workers={cfg.rollout.num_workers} x num_gpus_per_worker={cfg.rollout.num_gpus_per_worker} needs {gpus:g} "
-                    f"GPUs but the Ray cluster has {have:g}; set num_gpus_per_worker=0 to act on the workers' CPUs"
-                    + (
-                        f", or at most {have / cfg.rollout.num_workers:g} for the workers to share the GPUs there are."
-                        if have
-                        else "."
-                    )
-                )
-            self._actor_cls = jax_actor(
-                self.worker_cls,
-                num_gpus=cfg.rollout.num_gpus_per_worker,
-                num_cpus=cfg.rollout.num_cpus_per_worker,
-                max_restarts=0,
+            self.placement.check_room(
+                cfg.rollout.num_workers, f"rollout workers (num_workers={cfg.rollout.num_workers})"
             )
+            self._actor_cls = jax_actor(self.worker_cls, max_restarts=0, **self.placement.options())
             for i in range(cfg.rollout.num_workers):
                 self._slots[i] = self._create(i)
             self._check_started(list(self._slots.items()))
@@ -102,7 +85,7 @@ class WorkerSet:
         # Start-up (a new process importing JAX) may take longer than a reply to sample().
         for i, h in slots:
             try:
-                ray.get(h.ping.remote(), timeout=max(self.timeout_s, STARTUP_TIMEOUT_S))
+                ray.get(h.ping.remote(), timeout=self._startup_s)
             except ray.exceptions.RayError as e:
                 raise WorkerCrashedError(f"rollout worker {i} failed to start: {e}") from e
 
@@ -120,21 +103,27 @@ class WorkerSet:
         """The workers that answer requests. A restarted worker joins once it has started;
         with no other worker left, this waits for it."""
         if self._starting:
-            self._admit_started(wait=not self._slots)
+            self._admit_started(wait=False)
+        while self._starting and not self._slots:
+            self._admit_started(wait=True)
         return sorted(self._slots.items(), key=lambda s: s[0])
 
     def _admit_started(self, wait: bool) -> None:
         with self._lock:
-            starting = {ref: (i, h, give_up) for i, (h, ref, give_up) in self._starting.items()}
+            starting = {ref: (i, h, since, attempt) for i, (h, ref, since, attempt) in self._starting.items()}
         if not starting:
             return
-        timeout = max(0.0, min(g for _, _, g in starting.values()) - time.monotonic()) if wait else 0.0
+        # A wait wakes up by placement_timeout_s, to name a worker no live node can hold.
+        timeout = self.config.rollout.placement_timeout_s if wait else 0.0
         ready, _ = ray.wait(list(starting), num_returns=1 if wait else len(starting), timeout=timeout)
         for ref in ready:
-            i, h, _ = starting[ref]
+            i, h, since, attempt = starting[ref]
             try:
                 ray.get(ref)
             except ray.exceptions.RayError as e:
+                if lost_with_its_node(e) and attempt < MAX_START_ATTEMPTS:
+                    self._start(i, since, attempt + 1)  # placed on a node that was leaving: placed again
+                    continue
                 raise WorkerCrashedError(f"rollout worker {i} failed to restart: {e}") from e
             h.set_weights.remote(ray.put(self._weights), self._version)
             if self.normalizer is not None:  # it normalizes as the others do from its first step
@@ -146,9 +135,17 @@ class WorkerSet:
                 self._slots[i] = h
                 self.num_restarts += 1
             log.warning("rollout worker %d restarted (restart #%d)", i, self.num_restarts)
-        late = [i for ref, (i, _, give_up) in starting.items() if ref not in ready and time.monotonic() > give_up]
-        if late:
-            raise WorkerCrashedError(f"rollout worker {late[0]} failed to restart: it did not answer after start-up.")
+        for ref, (i, _, since, _) in starting.items():
+            if ref not in ready:
+                waited = time.monotonic() - since
+                check_placeable(self.placement, f"rollout worker {i}", waited, self.config.rollout.placement_timeout_s)
+                if waited > self._startup_s:
+                    raise WorkerCrashedError(f"rollout worker {i} failed to restart: it did not answer after start-up.")
+
+    def node_ids(self) -> dict[int, str]:
+        """The Ray node each live worker runs on, by worker index."""
+        slots = sorted(self._slots.items(), key=lambda s: s[0])
+        return {i: node_id() if isinstance(h, _InDriver) else ray.get(h.node_id.remote()) for i, h in slots}
 
     def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
         if isinstance(handle, _InDriver):
@@ -224,22 +221,24 @@ class WorkerSet:
         if mode == "ignore":
             log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
             return
+        self._start(index, time.monotonic())
+        log.warning("rollout worker %d failed (%s); restarting it", index, error)
+
+    def _start(self, index: int, since: float, attempt: int = 1) -> None:
         # The others go on sampling while it starts (a new process importing JAX): see live().
         new = self._create(index)
-        give_up = time.monotonic() + max(self.timeout_s, STARTUP_TIMEOUT_S)
         with self._lock:
             if self._stopped:
                 ray.kill(new, no_restart=True)
                 return
-            self._starting[index] = (new, new.ping.remote(), give_up)
-        log.warning("rollout worker %d failed (%s); restarting it", index, error)
+            self._starting[index] = (new, new.ping.remote(), since, attempt)
 
     def stop(self) -> None:
         """Kills the worker actors and waits (up to 30 s) until they are gone, so the next
         run in this process finds their CPUs free."""
         with self._lock:
             self._stopped = True
-            slots = list(self._slots.values()) + [h for h, _, _ in self._starting.values()]
+            slots = list(self._slots.values()) + [h for h, *_ in self._starting.values()]
             self._slots.clear()
             self._starting.clear()
         actors = [h for h in slots if not isinstance(h, _InDriver)]
@@ -255,12 +254,22 @@ class WorkerSet:
                 pass
 
 
-def _free_cpus(need: float, patience_s: float = FREE_CPU_PATIENCE_S) -> float:
-    """Free CPUs in the Ray cluster, waiting up to ``patience_s`` for ``need`` of them:
-    actors killed a moment ago release theirs asynchronously."""
-    deadline = time.monotonic() + patience_s
-    while True:
-        free = ray.available_resources().get("CPU", 0)
-        if free >= need or time.monotonic() > deadline:
-            return free
-        time.sleep(0.1)
+def worker_placement(rollout: RolloutConfig) -> Placement:
+    """What each rollout worker asks Ray's scheduler for, from the rollout settings."""
+    return Placement(
+        rollout.num_cpus_per_worker,
+        rollout.num_gpus_per_worker,
+        rollout.custom_resources_per_worker,
+        rollout.placement_strategy,
+    )
+
+
+def _check_gpus(num_workers: int, per_worker: float) -> None:
+    """Raises :class:`ConfigError` unless the cluster has the workers' GPUs, with the setting that would fit."""
+    gpus, have = num_workers * per_worker, ray.cluster_resources().get("GPU", 0)
+    if gpus > have:
+        raise ConfigError(
+            f"num_workers={num_workers} x num_gpus_per_worker={per_worker} needs {gpus:g} "
+            f"GPUs but the Ray cluster has {have:g}; set num_gpus_per_worker=0 to act on the workers' CPUs"
+            + (f", or at most {have / num_workers:g} for the workers to share the GPUs there are." if have else ".")
+        )

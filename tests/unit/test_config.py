@@ -342,3 +342,43 @@ def test_a_list_is_taken_where_a_tuple_is_meant():
     assert cfg == make_config(PPOConfig, hidden_sizes=(32, 16)) and hash(cfg.hidden_sizes) == hash((32, 16))
     with pytest.raises(ConfigError, match=r"hidden_sizes must be tuple"):
         make_config(PPOConfig, hidden_sizes=["wide"])
+
+
+def test_placement_settings_parse_from_the_command_line_and_round_trip():
+    overrides = {
+        "custom_resources_per_worker": '{"rollout": 1}',
+        "custom_resources_per_replay_shard": '{"replay": 0.5}',
+        "num_cpus_per_replay_shard": "1",
+        "placement_strategy": "spread",
+    }
+    cfg = with_overrides(APEXConfig(), overrides)
+    assert cfg.rollout.custom_resources_per_worker == {"rollout": 1}
+    assert cfg.custom_resources_per_replay_shard == {"replay": 0.5} and cfg.num_cpus_per_replay_shard == 1.0
+    assert cfg.rollout.placement_strategy == "spread"
+    assert from_json_dict(APEXConfig, json.loads(json.dumps(to_json_dict(cfg)))) == cfg
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"custom_resources_per_worker": {"CPU": 1}},
+            r"custom_resources_per_worker names custom Ray resources .* 'CPU'",
+        ),
+        (
+            {"custom_resources_per_worker": {"rollout": 0}},
+            r"custom_resources_per_worker\['rollout'\] must be a number above 0",
+        ),
+        (
+            {"custom_resources_per_replay_shard": {"replay": float("inf")}},
+            r"APEXConfig\.custom_resources_per_replay_shard",
+        ),
+        ({"custom_resources_per_replay_shard": {"replay": "1"}}, r"must be a number above 0, got '1'"),
+        ({"placement_strategy": "strict_spread"}, r"placement_strategy must be one of 'pack', 'spread'"),
+        ({"num_cpus_per_replay_shard": -1}, r"num_cpus_per_replay_shard must satisfy"),
+    ],
+)
+def test_bad_placement_settings_fail_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        make_config(APEXConfig, **overrides)
+    assert "\n" not in str(error.value)
