@@ -83,6 +83,12 @@ def _parser() -> argparse.ArgumentParser:
         help="device mode: train one agent per value of a numeric config field, all at once",
     )
     t.add_argument(
+        "--pbt",
+        metavar="FIELD,FIELD,...",
+        help="device mode: population-based training of the agents, perturbing these float fields "
+        "(--set pbt_interval=N, pbt_quantile=Q, pbt_resample_prob=P)",
+    )
+    t.add_argument(
         "--multiagent",
         metavar="FILE",
         help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON",
@@ -131,6 +137,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, str]:
         ("seed", "seed"),
         ("mode", "mode"),
         ("num_seeds", "num_seeds"),
+        ("pbt", "pbt"),
     ):
         if getattr(args, flag, None) is not None:
             out[field] = str(getattr(args, flag))
@@ -219,7 +226,11 @@ def _describe(config: Any, mode: str) -> str:
     if mode == "ray":
         return f"mode ray{chosen} ({config.rollout.num_workers} rollout workers)"
     agents = config.device.num_seeds * len(next(iter(config.device.sweep.values()), [None]))
-    return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
+    pbt = config.device.pbt
+    trained = f", population-based training of {', '.join(pbt)} every {config.device.pbt_interval} iterations"
+    return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function" + (
+        trained if pbt else ""
+    )
 
 
 def _evaluate(args: argparse.Namespace) -> int:
