@@ -4,6 +4,7 @@ step copied bit for bit, and the errors of a PBT config."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -38,13 +39,11 @@ def test_explore_draws_its_factors_and_resamples_at_the_stated_rates():
     assert abs(np.mean(kept == 0.8) - 0.5) < 4 * np.sqrt(0.25 / len(kept))
 
 
-def test_an_exploit_step_copies_parameters_and_optimizer_state_bit_for_bit():
-    """4 members (lr 1e-3 and 1e-2, 2 seeds each), one iteration, then the PBT step: the
-    scores are the mean returns of the episodes each ended; the bottom member now holds its
-    source's parameters, optimizer state and step bit for bit (its own RNG kept), and its lr
-    (in the loss's config and in the optimizer) and ent_coef are the source's times 0.8 or 1.2
-    or a resample; the others are untouched."""
-    algo = Algorithm.build(
+@pytest.fixture(scope="module")
+def population():
+    """4 PPO members (lr 1e-3 and 1e-2, 2 seeds each) under PBT of lr and ent_coef, a step every
+    2 iterations of 1 per call; built (and compiled) once for the tests below."""
+    return Algorithm.build(
         "PPO",
         env=CARTPOLE,
         num_envs=8,
@@ -54,10 +53,19 @@ def test_an_exploit_step_copies_parameters_and_optimizer_state_bit_for_bit():
         sweep={"lr": [1e-3, 1e-2]},
         ent_coef=0.01,
         pbt=("lr", "ent_coef"),
-        pbt_interval=2,  # no step after the first iteration: the test takes it
+        pbt_interval=2,
     )
+
+
+def test_an_exploit_step_copies_parameters_and_optimizer_state_bit_for_bit(population):
+    """One iteration, then the PBT step: the scores are the mean returns of the episodes each
+    member ended; the bottom member now holds its source's parameters, optimizer state and step
+    bit for bit (its own RNG kept), and its lr (in the loss's config and in the optimizer) and
+    ent_coef are the source's times 0.8 or 1.2 or a resample; the others are untouched; the next call does not recompile."""
+    algo = population  # no step after the first iteration (pbt_interval 2): the test takes it
     program = algo.program
     out = program.call()
+    compiled = program._run._cache_size()
     before = program.get_state()
     expected = [np.nanmean(r) for r in out["episode_returns"].reshape(4, -1)]
     np.testing.assert_allclose(recent_scores(before.pbt), expected, rtol=1e-6)
@@ -92,6 +100,7 @@ def test_an_exploit_step_copies_parameters_and_optimizer_state_bit_for_bit():
     assert after.pbt.episodes.tolist() == [0.0] * 4
 
     result = algo.train()  # the next call reaches iteration 2: a step, and the lineage in the results
+    assert program._run._cache_size() == compiled  # the new values are arguments: nothing recompiled
     assert result["pbt"][f"member_{j}/copied_at"] in (1, 2) and 0 <= result["pbt"]["best_member"] < 4
     assert set(result["pbt"]) >= {f"member_{i}/{k}" for i in range(4) for k in ("lr", "ent_coef", "parent")}
 
@@ -116,3 +125,27 @@ def test_pbt_config_errors_name_the_field(changes, match):
 def test_pbt_needs_device_mode():
     with pytest.raises(ConfigError, match="pbt need device mode"):
         Algorithm.build("PPO", env="CartPole-v1", num_seeds=2, pbt=("lr",), mode="ray")
+
+
+def test_perturbed_values_take_effect_in_the_compiled_update(population):
+    """Four copies of one member's state, the third with twice its lr and the fourth with twice
+    its ent_coef, run one iteration in the same compiled call: the first two stay equal bit for
+    bit, the other two move elsewhere."""
+    program = population.program
+    program.call()  # compiled (already, after the test above)
+    # Built from the device state with array operations, which keep its weak types: the call
+    # below reuses the compiled function.
+    same = jax.tree.map(lambda x: x[jnp.zeros(4, jnp.int32)], program.state)
+    twice = {"lr": jnp.float32([1, 1, 2, 1]), "ent_coef": jnp.float32([1, 1, 1, 2])}
+    hyper = {k: v * twice[k] for k, v in same.hyper.items()}
+    opt = same.train.opt_state._replace(hyperparams=dict(same.train.opt_state.hyperparams, lr=hyper["lr"]))
+    iteration = jnp.full(4, 2 * program.config.device.pbt_interval, jnp.int32)  # the call ends between PBT steps
+    program.set_state(same._replace(train=same.train._replace(opt_state=opt), hyper=hyper, iteration=iteration))
+    compiled = program._run._cache_size()
+    program.call()
+    params = [jax.tree.leaves(program.get_weights(i)) for i in range(4)]
+    for a, b in zip(params[0], params[1]):
+        np.testing.assert_array_equal(a, b)
+    for other in params[2:]:
+        assert any(not np.array_equal(a, b) for a, b in zip(params[0], other))
+    assert program._run._cache_size() == compiled
