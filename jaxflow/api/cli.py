@@ -83,7 +83,15 @@ def _describe(config: Any, mode: str) -> str:
     if mode == "ray":
         return f"mode ray{chosen} ({config.rollout.num_workers} rollout workers)"
     agents = config.device.num_seeds * len(next(iter(config.device.sweep.values()), [None]))
-    return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
+    pbt = config.device.pbt
+    trained = f", population-based training of {', '.join(pbt)} every {config.device.pbt_interval} iterations"
+    pbt = config.device.pbt
+    trained = f", population-based training of {', '.join(pbt)} every {config.device.pbt_interval} iterations"
+    return (
+        f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
+        + (trained if pbt else "")
+        + (trained if pbt else "")
+    )
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -117,6 +117,12 @@ def parser() -> argparse.ArgumentParser:
         help="device mode: train one agent per value of a numeric config field, all at once",
     )
     t.add_argument(
+        "--pbt",
+        metavar="FIELD,FIELD,...",
+        help="device mode: population-based training of the agents, perturbing these float fields "
+        "(--set pbt_interval=N, pbt_quantile=Q, pbt_resample_prob=P)",
+    )
+    t.add_argument(
         "--multiagent",
         metavar="FILE",
         help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON",
@@ -180,6 +186,7 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
         ("seed", "seed"),
         ("mode", "mode"),
         ("num_seeds", "num_seeds"),
+        ("pbt", "pbt"),
     ):
         if getattr(args, flag, None) is not None:
             out[field] = str(getattr(args, flag))

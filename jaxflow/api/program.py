@@ -107,9 +107,9 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
         )
         raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")
     mode = "device" if config.mode == "device" or (config.mode == "auto" and can_device) else "ray"
-    if mode == "ray" and (config.device.num_seeds > 1 or config.device.sweep):
+    if mode == "ray" and (config.device.num_seeds > 1 or config.device.sweep or config.device.pbt):
         raise ConfigError(
-            f"{name}.num_seeds > 1 and {name}.sweep need device mode (a gymnax/<id> or brax/<name> env and one of "
+            f"{name}.num_seeds > 1, {name}.sweep and {name}.pbt need device mode (a gymnax/<id> or brax/<name> env and one of "
             f"{', '.join(device_algorithms())}); this run is in Ray mode."
         )
     return mode

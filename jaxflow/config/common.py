@@ -8,7 +8,7 @@ from typing import ClassVar, Literal
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, _type_ok, param, require, validate
 from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import StrictKeywords, field_type, flat_names, is_field, replace_config, resolve
-from jaxflow.config.schedules import float_fields, validate_schedules
+from jaxflow.config.schedules import float_fields, perturbable, validate_schedules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,7 @@ class CommonConfig(StrictKeywords):
     def __post_init__(self) -> None:
         validate(self)
         self._validate_sweep()
+        self._validate_pbt()
         validate_schedules(self)
         require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         require(
@@ -104,4 +105,28 @@ class CommonConfig(StrictKeywords):
             f"{name}.sweep[{field!r}] must be a non-empty list of numbers, got {values!r}.",
         )
         for v in values:  # each value must be valid where the field itself is set
-            replace_config(self, sweep={}, **{field: float(v)})
+            replace_config(self, sweep={}, pbt=(), **{field: float(v)})
+
+    def _validate_pbt(self) -> None:
+        fields, name = self.device.pbt, type(self).__name__
+        if not fields:
+            return
+        allowed = perturbable(type(self))
+        for field in fields:
+            require(
+                is_field(type(self), field) and resolve(type(self), field) in [resolve(type(self), f) for f in allowed],
+                f"{name}.pbt: {field!r} is not a hyperparameter population-based training can perturb; "
+                f"{name}'s that it can: {', '.join(allowed)}.",
+            )
+            require(
+                all(resolve(type(self), field) != resolve(type(self), s) for s in self.schedules),
+                f"{name}.pbt: {field!r} follows a schedule; a field is either scheduled or perturbed by PBT.",
+            )
+        require(
+            len({resolve(type(self), f) for f in fields}) == len(fields), f"{name}.pbt names a field twice: {fields}."
+        )
+        count = self.device.num_seeds * len(next(iter(self.device.sweep.values()), [None]))
+        require(
+            count >= 2,
+            f"{name}.pbt needs a population of at least 2 members (num_seeds x sweep values), got {count}.",
+        )

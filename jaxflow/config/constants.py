@@ -18,6 +18,10 @@ replay the episodes its predecessor already sampled."""
 EVALUATION_SEED_OFFSET = 7_777_777
 """Evaluation episodes are seeded this far from training's by default."""
 
+PBT_SEED_OFFSET = 5_050_505
+"""Population-based training's exploit and explore choices at iteration ``i`` are drawn from
+the stream seeded ``(seed + PBT_SEED_OFFSET, i)``: reproducible, and the same after a resume."""
+
 STARTUP_TIMEOUT_S = 180.0
 """How long a new actor may take to answer (a fresh process imports JAX)."""
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from jaxflow.config.constants import WORKER_SEED_STRIDE
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, Check, ConfigError, param, require, validate
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, Check, ConfigError, param, require, validate
 from jaxflow.config.names import StrictKeywords
 
 PlacementStrategy = Literal["pack", "spread"]
@@ -132,6 +132,19 @@ class DeviceConfig(StrictKeywords):
     """Several agents: vmap them (parallel, memory x agents) or run them one after another in
     the compiled call (lax.map: each agent's arithmetic is its single run's, bit for bit);
     auto is vmap on accelerators and map on CPUs."""
+    pbt: tuple[str, ...] = ()
+    """Population-based training (Jaderberg et al., 2017) of the members: the float fields it
+    perturbs, e.g. ("lr", "ent_coef"); empty: off. Every ``pbt_interval`` iterations the bottom
+    ``pbt_quantile`` of the members by recent return copy a top member's parameters and optimizer
+    state and perturb these fields. The holding config checks the names."""
+    pbt_interval: int = param(20, POSITIVE)
+    """Training iterations between PBT steps (taken at the end of the compiled call that reaches
+    a multiple of it)."""
+    pbt_quantile: float = param(0.25, Check(low=0, high=0.5, low_inclusive=False))
+    """The fraction of members (at least one) that copies, and the fraction they copy from."""
+    pbt_resample_prob: float = param(0.25, UNIT)
+    """The chance that a perturbed field is drawn again from the members' initial values instead
+    of multiplied by 0.8 or 1.2."""
 
     def __post_init__(self) -> None:
         validate(self)

@@ -29,6 +29,13 @@ def float_fields(cls: type) -> list[str]:
     return [f for f in flat_names(cls) if field_type(cls, resolve(cls, f)) is float]
 
 
+def perturbable(cls: type) -> list[str]:
+    """The fields population-based training may perturb: the float fields of ``cls`` itself and
+    of its optimizer, which the compiled update reads (rollout and device-mode settings are
+    the run's, not a member's)."""
+    return [f for f in float_fields(cls) if resolve(cls, f)[0] not in ("rollout", "device")]
+
+
 def schedulable(cls: type) -> list[str]:
     """The fields of config class ``cls`` that ``schedules`` may name: the optimizer's and
     the float fields only its loss reads (``cls.loss_fields``)."""

@@ -1,6 +1,7 @@
 """On-device training for JAX environments (Anakin): rollout and update compiled together."""
 
 from jaxflow.ondevice.members import Member, members, with_hyper
+from jaxflow.ondevice.pbt import PBTState, PopulationBasedTraining
 from jaxflow.ondevice.program import AnakinState, DeviceProgram
 from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
 from jaxflow.ondevice.source import OnDevice
@@ -15,6 +16,8 @@ __all__ = [
     "EnvCarry",
     "Member",
     "OnDevice",
+    "PBTState",
+    "PopulationBasedTraining",
     "flat_batch",
     "members",
     "replay_update",

@@ -39,6 +39,7 @@ from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.evaluation import DeviceEvaluator
 from jaxflow.ondevice.members import members, with_hyper
+from jaxflow.ondevice.pbt import PBTState, PopulationBasedTraining, init_state, record
 from jaxflow.ondevice.rollout import EnvCarry, count_observations, rollout
 from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.update import replay_update
@@ -58,8 +59,10 @@ class AnakinState(NamedTuple):
     iteration: Array
     """Training iterations done (int32 scalar)."""
     hyper: dict[str, Array]
-    """The member's values of the swept config field ({} without a sweep)."""
+    """The member's values of the swept field and of the fields PBT perturbs ({} without either)."""
     replay: Any = None
+    pbt: PBTState | None = None
+    """The member's population-based training record (None without PBT)."""
 
 
 class DeviceProgram:
@@ -100,6 +103,7 @@ class DeviceProgram:
         self._check(state, obs_shape)
         self._shardings = self._state_shardings(state)
         self.state = jax.device_put(state, self._shardings, may_alias=False)
+        self.pbt = PopulationBasedTraining(config, self.members, self._shardings) if config.device.pbt else None
         self._run = jax.jit(self._run_members, donate_argnums=0)
         self.files = None  # everything is in the state
         self._results = ReportMetrics(
@@ -122,7 +126,8 @@ class DeviceProgram:
         number of members."""
         init = jax.jit(self._init_one)
         states = [init(jnp.int32(m.seed), {k: jnp.float32(v) for k, v in m.hyper.items()}) for m in self.members]
-        return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        return state._replace(pbt=init_state(len(self.members))) if self.config.device.pbt else state
 
     def _init_one(self, seed: Array, hyper: dict[str, Array]) -> AnakinState:
         cfg = with_hyper(self.config, hyper)
@@ -168,11 +173,12 @@ class DeviceProgram:
             jax.errors.TracerBoolConversionError,
             jax.errors.TracerIntegerConversionError,
         ) as e:
-            if not self.config.device.sweep:
+            varied = [*self.config.device.sweep, *self.config.device.pbt]
+            if not varied:
                 raise
             raise ConfigError(
-                f"sweep over {next(iter(self.config.device.sweep))!r}: that field decides shapes or Python control flow, "
-                "so it cannot vary inside one compiled function; sweep a numeric field such as lr, "
+                f"sweep or pbt over {', '.join(map(repr, varied))}: one of them decides shapes or Python control flow, "
+                "so it cannot vary inside one compiled function; vary numeric fields such as lr, "
                 "gamma or ent_coef."
             ) from e
 
@@ -271,7 +277,8 @@ class DeviceProgram:
                     loss_fn, self._optimizer, replay_settings, state.train, state.replay, batch, k_train
                 )
             carry = jax.tree.map(inside, carry._replace(normalizer=None))._replace(normalizer=carry.normalizer)
-            state = AnakinState(train, carry, key, state.iteration + 1, state.hyper, replay)
+            pbt = record(state.pbt, returns)
+            state = AnakinState(train, carry, key, state.iteration + 1, state.hyper, replay, pbt)
             metrics = {k: v for k, v in metrics.items() if v.ndim == 0}
             return state, dict(metrics, episode_returns=returns, episode_lengths=lengths, trained=trained)
 
@@ -303,4 +310,6 @@ class DeviceProgram:
         if skipped is not None and np.any(skipped > 0):  # NaN where replay had not started
             where = f"iteration {int(np.max(jax.device_get(self.state.iteration)))} (device mode)"
             check_nonfinite(float(np.nanmax(skipped)), self.config.optimizer.on_nonfinite, where)
+        if self.pbt is not None:
+            self.state = self.pbt.step(self.state)
         return out

@@ -41,6 +41,8 @@ def OnDevice(program: DeviceProgram) -> LocalIterator[dict[str, np.ndarray]]:
             # The last iteration's statistics, averaged over members (NaN before a replay learner starts).
             last = {k: v[:, -1] for k, v in out.items() if k not in ("episode_returns", "episode_lengths", "trained")}
             ctx.info["learner"] = {k: float(np.mean(v)) for k, v in last.items()}
+            if program.pbt is not None:  # each member's lineage and hyperparameters
+                ctx.info["pbt"] = program.pbt.report(program.state)
             yield out
 
     return from_iterator(gen, ctx, "OnDevice")

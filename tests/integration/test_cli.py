@@ -72,7 +72,16 @@ BAD_INPUT = [
     (["train", "--algo", "ppo", "--seed", "x"], "train: argument --seed: invalid int value: 'x'"),
     (["train", "--algo", "ppo", "--num-workers", "-1"], "PPOConfig.num_workers must satisfy 0 <= value, got -1"),
     (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--num-seeds", "0"], "num_seeds must satisfy 0 < value"),
-    (["train", "--algo", "ppo", "--num-seeds", "2"], "num_seeds > 1 and PPOConfig.sweep need device mode"),
+    (
+        ["train", "--algo", "ppo", "--num-seeds", "2"],
+        "num_seeds > 1, PPOConfig.sweep and PPOConfig.pbt need device mode",
+    ),
+    (["train", "--algo", "ppo", "--num-seeds", "2", "--pbt", "lr"], "PPOConfig.pbt need device mode"),
+    (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--pbt", "lr"], "pbt needs a population of at least 2"),
+    (
+        ["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--num-seeds", "2", "--pbt", "lr,hidden_sizes"],
+        "PPOConfig.pbt: 'hidden_sizes' is not a hyperparameter population-based training can perturb",
+    ),
     (["train", "--algo", "ppo", "--stop", "reward=1"], "--stop takes KEY=NUMBER with KEY one of"),
     (["train", "--algo", "ppo", "--stop", "time_s=soon"], "--stop time_s needs a number, got 'soon'"),
     (["train", "--algo", "ppo", "--stop", "episode_return_mean=nan"], "needs a finite number, got nan"),

@@ -3,6 +3,7 @@ and a resume in a fresh process that continues bit for bit."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -85,26 +86,45 @@ SMALL = ["--set", "num_envs=8", "--set", "minibatch_size=64", "--set", "iteratio
 
 
 def test_cli_resume_in_a_fresh_process_is_bit_exact(tmp_path):
-    """5 iterations, checkpoint, a new process restores and runs 5 more: parameters, optimizer
-    state, environment states and RNG equal those of 10 uninterrupted iterations, bit for bit."""
+    """A population of 2 under population-based training (a step every 2 iterations): 5
+    iterations, checkpoint, a new process restores and runs 5 more: parameters, optimizer
+    state, environment states, RNG, each member's hyperparameters and PBT record equal those of
+    10 uninterrupted iterations, bit for bit, and so does the lineage in the results."""
     logdir = str(tmp_path / "run")
+    pbt = ["--num-seeds", "2", "--pbt", "lr", "--set", "pbt_interval=2"]
     first = _jaxflow(
-        "train", "--algo", "PPO", "--env", CARTPOLE, *SMALL, "--stop", "training_iteration=5", "--logdir", logdir
+        "train", "--algo", "PPO", "--env", CARTPOLE, *SMALL, *pbt, "--stop", "training_iteration=5", "--logdir", logdir
     )
-    assert "mode device (auto): 1 agent in one compiled function" in first.stdout
+    assert "mode device (auto): 2 agents in one compiled function, population-based training of lr" in first.stdout
     second = _jaxflow("train", "--resume", logdir, "--stop", "training_iteration=10", "--quiet")
     assert "resuming PPO" in second.stdout and "iteration 10" in second.stdout
 
-    algo = Algorithm.build("PPO", env=CARTPOLE, num_envs=8, minibatch_size=64, iterations_per_call=1)
+    algo = Algorithm.build(
+        "PPO",
+        env=CARTPOLE,
+        num_envs=8,
+        minibatch_size=64,
+        iterations_per_call=1,
+        num_seeds=2,
+        pbt=("lr",),
+        pbt_interval=2,
+    )
     for _ in range(10):
         expected = algo.train()
     resumed = checkpoint.restore_state(checkpoint.latest(logdir), algo.program.get_state())
     leaves = jax.tree_util.tree_leaves_with_path(algo.program.get_state())
+    assert any("pbt" in jax.tree_util.keystr(path) for path, _ in leaves)
     for (path, a), b in zip(leaves, jax.tree.leaves(resumed)):
         np.testing.assert_array_equal(a, b, err_msg=jax.tree_util.keystr(path))
     assert (
         checkpoint.load_meta(checkpoint.latest(logdir))["context"]["counters"]["env_steps_sampled"]
         == expected["env_steps_sampled"]
+    )
+    with open(os.path.join(logdir, "progress.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    assert [r["training_iteration"] for r in rows] == list(range(1, 11))
+    assert rows[-1]["pbt"] == expected["pbt"] and {"member_1/lr", "member_1/parent", "best_member"} <= set(
+        expected["pbt"]
     )
 
     assert cli.main(["evaluate", "--checkpoint", logdir, "--episodes", "2"]) == 0

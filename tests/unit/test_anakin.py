@@ -152,7 +152,7 @@ def test_device_mode_errors_name_the_field():
         Algorithm.build("PPO", env=CARTPOLE, num_envs=4)
     with pytest.raises(ConfigError, match="A3C has no device mode"):
         Algorithm.build("A3C", env=CARTPOLE, mode="device")
-    with pytest.raises(ConfigError, match="num_seeds > 1 .* need device mode"):
+    with pytest.raises(ConfigError, match="num_seeds > 1, .* need device mode"):
         Algorithm.build("PPO", env=CARTPOLE, mode="ray", num_seeds=2)
 
 
