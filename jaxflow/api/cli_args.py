@@ -1,19 +1,5 @@
 """The ``jaxflow`` command line's arguments: the parser, the config fields ``train``'s flags set,
-and ``train --config FILE``, a run's flags read from a JSON file (the tuned examples in
-``examples/tuned/``).
-
-A run file is a JSON object whose keys are ``train``'s flags (``num_workers`` or ``num-workers``),
-plus ``description`` and ``reaches`` (what the run is stated to reach, checked by the tests):
-
-.. code-block:: json
-
-    {"algo": "DQN", "env": "CartPole-v1", "seed": 0, "set": {"lr": 0.0005, "hidden_sizes": [64, 64]},
-     "stop": {"episode_return_mean": 450, "env_steps_sampled": 100000}}
-
-``set`` and ``stop`` are objects; a list is a comma-separated value; ``true`` gives a switch
-(``"overwrite": true``). The file becomes command-line arguments placed before the ones given,
-so a flag given on the command line overrides the file's (and ``--set``/``--stop`` keys given there
-replace the file's).
+the user's modules (``--import``), and ``train --config FILE`` (read by :mod:`jaxflow.api.run_file`).
 """
 
 from __future__ import annotations
@@ -27,7 +13,8 @@ from typing import Any
 from jaxflow.api.loggers import DEFAULT_LOGGERS, LOGGERS
 from jaxflow.api.plot import X_KEYS
 from jaxflow.api.retention import DEFAULT_KEEP
-from jaxflow.api.user_errors import Parser, UsageError, int_at_least
+from jaxflow.api.run_file import run_file_arguments
+from jaxflow.api.user_errors import Parser, int_at_least
 from jaxflow.config.fields import ConfigError
 
 DISTRIBUTION = "jaxflow-rl"
@@ -35,15 +22,6 @@ DISTRIBUTION = "jaxflow-rl"
 
 ENV_KINDS = ("gymnasium", "gymnax", "brax", "multiagent")
 """The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
-
-KEY_VALUE_FLAGS = ("FIELD=VALUE", "KEY=VALUE")
-"""The metavars of the repeatable flags a run file gives as an object (``set``, ``stop``)."""
-
-ABOUT_KEYS = ("description", "reaches")
-"""A run file's keys that describe the run rather than set a flag."""
-
-NOT_IN_FILES = ("config", "resume", "debug")
-"""Flags a run file may not give: another file, a resume (a run's own checkpoint decides it), tracebacks."""
 
 MODES = ("auto", "ray", "device")
 
@@ -254,65 +232,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     given = {item.partition("=")[0].strip() for item in args.stop}  # stop keys the command line sets itself
     from_file = [
         a
-        for flag in run_file_arguments(args.config)
+        for flag in run_file_arguments(args.config, train_parser())
         if not (flag[0] == "--stop" and flag[1].partition("=")[0] in given)
         for a in flag
     ]
     at = argv.index("train") + 1
     return parser().parse_args([*argv[:at], *from_file, *argv[at:]])
-
-
-def run_file_arguments(path: str) -> list[tuple[str, ...]]:
-    """A run file's flags as ``train`` arguments (each flag with its value, or a switch alone),
-    checked as if typed; :class:`ConfigError` names the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--config {path}: cannot read it as JSON ({e}).") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a JSON object of train's flags, got {type(data).__name__}.")
-    actions = {  # by flag name (num_workers for --num-workers, import for --import)
-        flag.lstrip("-").replace("-", "_"): a for a in _train_parser()._actions for flag in a.option_strings
-    }
-    allowed = sorted(set(actions) - set(NOT_IN_FILES) - {"help", "h"})
-    out: list[tuple[str, ...]] = []
-    for key, value in data.items():
-        dest = key.replace("-", "_")
-        if dest in ABOUT_KEYS:
-            continue
-        if dest not in allowed:
-            raise ConfigError(f"--config {path}: {key!r} is not a flag a run file may give; allowed: {allowed}.")
-        out += _as_arguments(path, key, actions[dest], value)
-    try:
-        parser().parse_args(["train", *(a for flag in out for a in flag)])
-    except UsageError as e:
-        raise ConfigError(f"--config {path}: {e}") from None
-    return out
-
-
-def _as_arguments(path: str, key: str, action: argparse.Action, value: Any) -> list[tuple[str, ...]]:
-    flag = action.option_strings[0]
-    if action.nargs == 0:  # a switch
-        if not isinstance(value, bool):
-            raise ConfigError(f"--config {path}: {key!r} is a switch; give true or false, got {value!r}.")
-        return [(flag,)] if value else []
-    if isinstance(action, argparse._AppendAction) and action.metavar in KEY_VALUE_FLAGS:  # --set, --stop
-        if not isinstance(value, dict):
-            raise ConfigError(f"--config {path}: {key!r} takes an object of KEY: VALUE, got {value!r}.")
-        return [(flag, f"{k}={_text(v)}") for k, v in value.items()]
-    if isinstance(action, argparse._AppendAction):  # --import: a list of values (or one)
-        return [(flag, _text(v)) for v in (value if isinstance(value, list) else [value])]
-    return [(flag, _text(value))]
-
-
-def _text(value: Any) -> str:
-    """A JSON value as command-line text: strings as they are, lists comma-separated, objects as JSON."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return ",".join(_text(v) for v in value)
-    return json.dumps(value)
 
 
 def _version() -> str:
@@ -325,6 +250,7 @@ def _version() -> str:
         return "(not installed)"
 
 
-def _train_parser() -> argparse.ArgumentParser:
+def train_parser() -> argparse.ArgumentParser:
+    """``jaxflow train``'s own parser (what run files are checked against)."""
     subparsers = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
     return subparsers.choices["train"]

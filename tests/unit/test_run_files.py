@@ -10,8 +10,9 @@ import os
 import pytest
 import tuned_examples as tuned
 
-from jaxflow.api.cli_args import new_run, overrides, parse, run_file_arguments
+from jaxflow.api.cli_args import new_run, overrides, parse, train_parser
 from jaxflow.api.loop import parse_stop
+from jaxflow.api.run_file import run_file_arguments
 from jaxflow.api.spaces import env_spaces
 
 
@@ -56,7 +57,7 @@ def test_flags_given_override_the_files(tmp_path):
             }
         )
     )
-    assert run_file_arguments(str(run)) == [
+    assert run_file_arguments(str(run), train_parser()) == [
         ("--algo", "DQN"),
         ("--env", "CartPole-v1"),
         ("--seed", "1"),
@@ -79,7 +80,7 @@ def test_flags_given_override_the_files(tmp_path):
 def test_a_run_file_names_modules_to_import(tmp_path):
     run = tmp_path / "run.json"
     run.write_text(json.dumps({"import": ["json", "csv"], "num-workers": 0, "algo": "PPO"}))
-    assert run_file_arguments(str(run)) == [
+    assert run_file_arguments(str(run), train_parser()) == [
         ("--import", "json"),
         ("--import", "csv"),
         ("--num-workers", "0"),
