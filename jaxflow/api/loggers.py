@@ -95,6 +95,9 @@ class WandbWriter:
 
     def close(self) -> None:
         self.run.finish()
+        # W&B's service (a separate process since wandb 0.31) may still be writing the run's
+        # files when finish returns; teardown waits for it, so an offline run is complete on disk.
+        self._wandb.teardown()
 
 
 class MLflowWriter:
