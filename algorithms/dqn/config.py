@@ -49,8 +49,9 @@ class DQNConfig(OffPolicyConfig):
     qr: bool = param(False)
     """Quantile-regression head (QR-DQN, Dabney et al., 2018): ``num_quantiles`` quantiles per
     action trained by the quantile Huber loss (its threshold is ``huber_delta``)."""
-    num_quantiles: int = param(200, AT_LEAST_TWO)
-    """QR-DQN's quantiles (the paper's 200)."""
+    num_quantiles: int = param(32, AT_LEAST_TWO)
+    """QR-DQN's quantiles. The loss compares every pair of quantiles, so its cost grows as
+    ``num_quantiles^2``: 32 here, where the paper's Atari agent has 200."""
     noisy: bool = param(False)
     """Noisy layers with factorised Gaussian noise (Fortunato et al., 2018), resampled on every
     acting step and absent in greedy evaluation; set ``epsilon_initial = epsilon_final = 0``
