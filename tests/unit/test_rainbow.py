@@ -1,6 +1,10 @@
 """Rainbow's parts: C51's projection and loss, QR-DQN's quantile Huber loss, noisy layers and
 the config checks, against hand-checked numbers and independent numpy implementations."""
 
+import importlib
+import pathlib
+import re
+
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -230,3 +234,10 @@ def test_rainbow_is_dqns_spec_with_every_part_on():
     assert cfg.c51 and cfg.noisy and cfg.double_q and cfg.dueling and cfg.prioritized_replay and cfg.n_step == 3
     assert (cfg.num_atoms, cfg.v_min, cfg.v_max, cfg.prioritized_replay_alpha) == (51, 0.0, 100.0, 0.5)
     assert cfg.epsilon_initial == cfg.epsilon_final == 0.0 and not cfg.qr
+
+
+def test_rainbow_is_declared_in_the_entry_point_group():
+    pyproject = pathlib.Path(__file__).parents[2] / "pyproject.toml"
+    (entry,) = re.findall(r'^Rainbow = "(.+)"$', pyproject.read_text(), re.MULTILINE)
+    module, _, attr = entry.partition(":")
+    assert getattr(importlib.import_module(module), attr) is RAINBOW
