@@ -55,7 +55,7 @@ class DQNConfig(OffPolicyConfig):
     noisy: bool = param(False)
     """Noisy layers with factorised Gaussian noise (Fortunato et al., 2018), resampled on every
     acting step and absent in greedy evaluation; set ``epsilon_initial = epsilon_final = 0``
-    to explore by the noise alone."""
+    (Ape-X: ``worker_epsilon_base = 0``) to explore by the noise alone."""
     noisy_sigma0: float = param(0.5, POSITIVE)
     """The noise's initial scale sigma_0 (each layer's sigma starts at ``sigma_0 / sqrt(fan_in)``)."""
 

@@ -4,7 +4,10 @@ Learning with Quantile Regression"), with n-step returns and double Q-learning's
 selection as Rainbow combines them (Hessel et al., 2018).
 
 The per-sample loss is also the transition's new replay priority (Rainbow, Section 3:
-C51's cross-entropy; QR-DQN's quantile Huber loss). Actions are selected by the networks'
+C51's cross-entropy; QR-DQN's quantile Huber loss). A new transition enters the replay with
+the workers' priority, the absolute n-step TD error of the mean Q-values (Ape-X's rule; the
+workers see Q-values, not distributions), which is on another scale than the loss until its
+first replay. Actions are selected by the networks'
 mean Q-values as the policy reads them (:mod:`jaxflow.policies.distributional`), so the
 bootstrap's argmax runs over the next observation's legal actions only.
 """

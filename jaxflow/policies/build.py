@@ -46,7 +46,7 @@ def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Sp
     if not isinstance(action_space, gymnasium.spaces.Discrete):
         raise TypeError(f"a Q-network needs a Discrete action space (one value per action), got {action_space}")
     num_actions, obs_shape = int(action_space.n), tuple(obs_space.shape or ())
-    num_atoms, outputs = q_head(config)
+    num_atoms, outputs = q_readout(config)
     if config.model:
         network = build_model(config.model, config.model_config, num_actions)
         expected = (2, num_actions) if num_atoms == 1 else (2, num_actions, num_atoms)
@@ -60,7 +60,7 @@ def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Sp
     return Policy(network, Greedy(num_actions), obs_shape, outputs=outputs, action_mask=masked, noisy=config.noisy)
 
 
-def q_head(config: Any) -> tuple[int, Callable[..., tuple[Any, Any]]]:
+def q_readout(config: Any) -> tuple[int, Callable[..., tuple[Any, Any]]]:
     """Outputs per action and their reader: C51's ``num_atoms`` logits, QR-DQN's
     ``num_quantiles`` quantiles, or one Q-value."""
     if config.c51:
