@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxflow import ConfigError
+from jaxflow import ConfigError, envs
 from jaxflow.algorithms.dqn import DQN, DQNConfig, loss
 from jaxflow.algorithms.dqn.distributional import (
     categorical_losses,
@@ -21,6 +21,7 @@ from jaxflow.algorithms.dqn.distributional import (
 )
 from jaxflow.algorithms.rainbow import RAINBOW, RainbowConfig
 from jaxflow.networks import NoisyDense, factorised_noise
+from jaxflow.ondevice.rollout import EnvCarry, rollout
 from jaxflow.policies import categorical_q_outputs, categorical_support, q_policy, quantile_q_outputs
 from jaxflow.policies.policy import compiled_forward
 
@@ -241,3 +242,23 @@ def test_rainbow_is_declared_in_the_entry_point_group():
     (entry,) = re.findall(r'^Rainbow = "(.+)"$', pyproject.read_text(), re.MULTILINE)
     module, _, attr = entry.partition(":")
     assert getattr(importlib.import_module(module), attr) is RAINBOW
+
+
+def test_device_rollout_draws_new_noise_on_every_step():
+    """Device mode's rollout acts with the noise of each step's own key (``policy.noise_key``
+    of the scan's per-step key), so the Q-values it records differ from the mean weights'
+    and the noise differs from step to step."""
+    env, env_params = envs.make("gymnax/CartPole-v1")
+    cfg = RainbowConfig(env="gymnax/CartPole-v1", hidden_sizes=(16,))
+    policy = q_policy(cfg, gymnasium.spaces.Box(-1, 1, (4,)), gymnasium.spaces.Discrete(2))
+    params = policy.init(jax.random.PRNGKey(0))
+    B, T, key = 3, 4, jax.random.PRNGKey(9)
+    obs, state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(jax.random.PRNGKey(1), B), env_params)
+    carry = EnvCarry(state, obs, jnp.zeros(B), jnp.zeros(B, jnp.int32))
+    _, traj, _ = rollout(env, env_params, policy, None, cfg, params, carry, key, jnp.float32(0), T)
+    step_keys = jax.random.split(key, T)
+    for t in range(T):
+        expected = policy.apply(params, traj["obs"][t], policy.noise_key(step_keys[t]))[0]
+        np.testing.assert_allclose(np.asarray(traj["dist_inputs"][t]), np.asarray(expected), rtol=1e-5, atol=1e-5)
+    noise = np.asarray(traj["dist_inputs"]) - np.stack([np.asarray(policy.apply(params, o)[0]) for o in traj["obs"]])
+    assert np.abs(noise).min() > 0 and np.abs(noise[1:] - noise[:-1]).min() > 0
