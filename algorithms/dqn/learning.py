@@ -1,5 +1,6 @@
 """DQN's pure learning functions: n-step targets and initial priorities on the workers, replay
-rows, (double) Q-learning TD errors and the importance-weighted loss.
+rows, (double) Q-learning TD errors and the importance-weighted loss (distributional with
+C51 or QR-DQN).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import numpy as np
 import rlax
 
 from jaxflow.algorithms.dqn.config import DQNConfig
+from jaxflow.algorithms.dqn.distributional import categorical_losses, quantile_losses
 from jaxflow.config import OffPolicyConfig
-from jaxflow.policies import Policy
+from jaxflow.policies import Policy, categorical_support
 from jaxflow.replay.buffer import ReplayRows
 from jaxflow.replay.transitions import encode_fragment
 
@@ -106,20 +108,34 @@ def td_errors(
 def loss(
     params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, policy: Policy, config: DQNConfig
 ) -> tuple[Array, dict[str, Array]]:
-    """Importance-weighted Huber loss of the TD errors; the per-sample TD errors are
-    returned as a metric, for the new replay priorities, and ``mean_q`` is the mean Q-value of
-    the replayed actions. The Q-values are the policy's: with an action mask, the bootstrap's
-    max (and double Q-learning's argmax) runs over the next observation's legal actions."""
-    del rng
+    """Importance-weighted loss of the replayed transitions: the Huber loss of the TD errors,
+    or with ``config.c51`` / ``config.qr`` the distributional loss
+    (:mod:`~jaxflow.algorithms.dqn.distributional`). ``td_error`` is the per-sample TD error
+    (or distributional loss), for the new replay priorities; ``mean_abs_td_error`` is that
+    of the mean Q-values in every case, and ``mean_q`` the mean Q-value of the replayed
+    actions. The Q-values are the policy's: with an action mask, the bootstrap's max (and
+    double Q-learning's argmax) runs over the next observation's legal actions. A noisy
+    network draws independent noise for the online, selector and target passes (``rng``)."""
+    k_tm1, k_sel, k_t = jax.random.split(rng, 3) if policy.noisy else (None, None, None)
 
-    def q(p: Any, obs: Array) -> Array:  # [B, A] values, illegal actions masked
-        return policy.apply(p, obs)[0]
+    def forward(p: Any, obs: Array, key: Array | None) -> tuple[Any, Array]:  # network outputs, masked Q [B, A]
+        out = policy.network_outputs(p, obs, key)
+        return out, policy.outputs(out, policy.legal_actions(obs))[0]
 
-    q_tm1, q_t_value = q(params, batch["obs"]), q(target_params, batch["next_obs"])
-    q_t_selector = q(params, batch["next_obs"]) if config.double_q else q_t_value
-    td = td_errors(
-        q_tm1, batch["actions"], batch["rewards"], batch["discounts"], q_t_value, q_t_selector, config.double_q
-    )
-    total = jnp.mean(batch["weights"] * rlax.huber_loss(td, config.huber_delta))
-    q_taken = jnp.take_along_axis(q_tm1, batch["actions"][:, None], axis=-1)[:, 0]
-    return total, {"td_error": td, "mean_q": jnp.mean(q_taken), "mean_abs_td_error": jnp.mean(jnp.abs(td))}
+    out_tm1, q_tm1 = forward(params, batch["obs"], k_tm1)
+    out_t, q_t_value = forward(target_params, batch["next_obs"], k_t)
+    out_sel, q_t_selector = forward(params, batch["next_obs"], k_sel) if config.double_q else (out_t, q_t_value)
+    a_tm1, r_t, discount_t = batch["actions"], batch["rewards"], batch["discounts"]
+    td = td_errors(q_tm1, a_tm1, r_t, discount_t, q_t_value, q_t_selector, config.double_q)
+    if config.c51:
+        atoms = categorical_support(config.v_min, config.v_max, config.num_atoms)
+        per_sample = categorical_losses(out_tm1, a_tm1, r_t, discount_t, out_t, q_t_selector, atoms)
+    elif config.qr:
+        legal_t = policy.legal_actions(batch["next_obs"])
+        per_sample = quantile_losses(out_tm1, a_tm1, r_t, discount_t, out_t, out_sel, legal_t, config.huber_delta)
+    else:
+        per_sample = rlax.huber_loss(td, config.huber_delta)
+    total = jnp.mean(batch["weights"] * per_sample)
+    priority = per_sample if config.c51 or config.qr else td
+    q_taken = jnp.take_along_axis(q_tm1, a_tm1[:, None], axis=-1)[:, 0]
+    return total, {"td_error": priority, "mean_q": jnp.mean(q_taken), "mean_abs_td_error": jnp.mean(jnp.abs(td))}

@@ -159,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "plot":
             return _plot(args)
         return _list(args)
+    except BrokenPipeError:  # `jaxflow list | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except Exception as e:  # not SystemExit (--help), which must not import what user_errors() names
         if not isinstance(e, user_errors()) or (args is not None and args.debug):  # --debug: the traceback
             raise

@@ -13,6 +13,7 @@ from jaxflow.networks.conv import (
 )
 from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork, policy_head
 from jaxflow.networks.models import build_model, check_outputs, describe_module, register_model
+from jaxflow.networks.noisy import NoisyDense, factorised_noise, signed_sqrt
 
 __all__ = [
     "TORSOS",
@@ -25,13 +26,16 @@ __all__ = [
     "MLPContinuousQ",
     "MLPQNetwork",
     "NatureCNN",
+    "NoisyDense",
     "actor_critic_network",
     "build_model",
     "check_outputs",
     "cpu_matmul_conv",
     "describe_module",
+    "factorised_noise",
     "is_frame_stack",
     "policy_head",
     "q_network",
     "register_model",
+    "signed_sqrt",
 ]

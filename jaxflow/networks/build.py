@@ -8,6 +8,7 @@ import flax.linen as nn
 
 from jaxflow.networks.conv import ConvActorCritic, ConvQNetwork
 from jaxflow.networks.mlp import MLPActorCritic, MLPQNetwork
+from jaxflow.networks.noisy import DEFAULT_SIGMA0
 
 
 def is_frame_stack(obs_shape: Sequence[int]) -> bool:
@@ -33,9 +34,17 @@ def actor_critic_network(
 
 
 def q_network(
-    obs_shape: Sequence[int], num_actions: int, hidden_sizes: Sequence[int], torso: str = "nature", dueling: bool = True
+    obs_shape: Sequence[int],
+    num_actions: int,
+    hidden_sizes: Sequence[int],
+    torso: str = "nature",
+    dueling: bool = True,
+    num_atoms: int = 1,
+    noisy_sigma0: float | None = None,
 ) -> nn.Module:
-    """The Q-network for an observation shape, chosen as :func:`actor_critic_network` does."""
+    """The Q-network for an observation shape, chosen as :func:`actor_critic_network` does:
+    ``num_atoms`` outputs per action (1: Q-values), noisy layers unless ``noisy_sigma0`` is None."""
+    noisy, sigma0 = noisy_sigma0 is not None, noisy_sigma0 or DEFAULT_SIGMA0
     if is_frame_stack(obs_shape):
-        return ConvQNetwork(num_actions, torso, dueling)
-    return MLPQNetwork(num_actions, tuple(hidden_sizes), dueling)
+        return ConvQNetwork(num_actions, torso, dueling, num_atoms=num_atoms, noisy=noisy, noisy_sigma0=sigma0)
+    return MLPQNetwork(num_actions, tuple(hidden_sizes), dueling, num_atoms, noisy, sigma0)

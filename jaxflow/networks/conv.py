@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from jaxflow.networks.mlp import policy_head
+from jaxflow.networks.mlp import policy_head, q_head
+from jaxflow.networks.noisy import DEFAULT_SIGMA0, NoisyDense
 
 ConvFn = Callable[..., jax.Array]
 """A function with ``lax.conv_general_dilated``'s signature (``flax.linen.Conv``'s ``conv_general_dilated``)."""
@@ -245,8 +246,10 @@ class ConvQNetwork(nn.Module):
     """Q-values on a convolutional torso (Mnih et al., 2015), optionally with the dueling head
     of Wang et al. (2016): ``Q(s, a) = V(s) + A(s, a) - mean_a A(s, a)``.
 
-    Returns ``q [*batch, A]`` like :class:`~jaxflow.networks.mlp.MLPQNetwork`. With ``dueling``, the
-    value stream is also sown as ``intermediates/state_value`` (``apply(..., mutable=["intermediates"])``).
+    Returns ``q [*batch, A]`` like :class:`~jaxflow.networks.mlp.MLPQNetwork` (``[*batch, A, N]``
+    with ``num_atoms > 1``; with ``noisy`` the head's layers are noisy, the torso is not, as
+    in Rainbow). With ``dueling``, the value stream is also sown as
+    ``intermediates/state_value`` (``apply(..., mutable=["intermediates"])``).
     """
 
     num_actions: int
@@ -255,15 +258,17 @@ class ConvQNetwork(nn.Module):
     rgb: bool = False
     conv: ConvFn | None = None
     """The torso's convolution (None: the torso's default)."""
+    num_atoms: int = 1
+    noisy: bool = False
+    noisy_sigma0: float = DEFAULT_SIGMA0
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         h = _make_torso(self.torso, self.rgb, self.conv)(obs)
-        if self.dueling:
-            value = nn.Dense(1, name="value")(h)
-            adv = nn.Dense(self.num_actions, name="advantage")(h)
-            self.sow("intermediates", "state_value", value[..., 0])
-            q = value + adv - adv.mean(axis=-1, keepdims=True)
-        else:
-            q = nn.Dense(self.num_actions, name="q")(h)
+        q, value = q_head(h, self.num_actions, self.num_atoms, self.dueling, self._dense)
+        if value is not None:
+            self.sow("intermediates", "state_value", value[..., 0] if self.num_atoms == 1 else value)
         return q
+
+    def _dense(self, features: int, role: str) -> nn.Module:
+        return NoisyDense(features, self.noisy_sigma0, name=role) if self.noisy else nn.Dense(features, name=role)

@@ -126,7 +126,7 @@ def _step(
     k_act, k_env = jax.random.split(key)
     clip = config.rollout.normalize_clip
     x = observed(c.normalizer, c.obs, clip)
-    inputs, values = policy.apply(params, x)
+    inputs, values = policy.apply(params, x, policy.noise_key(key))  # a noisy network's noise: fresh every step
     if act is None:
         actions, logp = policy.distribution.sample(k_act, inputs)
     else:

@@ -11,6 +11,7 @@ from jaxflow.policies.categorical import (
     mask_inputs,
     sample_categorical,
 )
+from jaxflow.policies.distributional import categorical_q_outputs, categorical_support, quantile_q_outputs
 from jaxflow.policies.distributions import BOX_KINDS, ActionDistribution, distribution_for
 from jaxflow.policies.gaussian import BoxBounds, Deterministic, Gaussian, SquashedGaussian
 from jaxflow.policies.policy import Policy, actor_critic_outputs, q_value_outputs, unpack
@@ -30,11 +31,14 @@ __all__ = [
     "actor_critic_outputs",
     "actor_critic_policy",
     "actor_critics_policy",
+    "categorical_q_outputs",
+    "categorical_support",
     "distribution_for",
     "legal_inputs",
     "mask_inputs",
     "q_policy",
     "q_value_outputs",
+    "quantile_q_outputs",
     "sample_categorical",
     "unpack",
 ]

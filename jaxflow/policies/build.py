@@ -5,6 +5,8 @@ makes a masked policy (``Policy.action_mask``)."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium
@@ -15,6 +17,7 @@ from jaxflow.networks.build import actor_critic_network, q_network
 from jaxflow.networks.continuous import ActorCritics
 from jaxflow.networks.models import build_model, check_outputs
 from jaxflow.policies.categorical import Greedy
+from jaxflow.policies.distributional import categorical_q_outputs, quantile_q_outputs
 from jaxflow.policies.distributions import distribution_for
 from jaxflow.policies.policy import Policy, q_value_outputs
 
@@ -37,17 +40,34 @@ def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: g
 
 
 def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:
-    """A Q-network (dueling if ``config.dueling``), read as greedy inputs and ``max_a Q``."""
+    """A Q-network (dueling if ``config.dueling``), read as greedy inputs and ``max_a Q``: with
+    ``config.c51`` or ``config.qr`` one distribution per action, read through its mean
+    (:mod:`~jaxflow.policies.distributional`); with ``config.noisy`` noisy layers."""
     if not isinstance(action_space, gymnasium.spaces.Discrete):
         raise TypeError(f"a Q-network needs a Discrete action space (one value per action), got {action_space}")
     num_actions, obs_shape = int(action_space.n), tuple(obs_space.shape or ())
+    num_atoms, outputs = q_readout(config)
     if config.model:
         network = build_model(config.model, config.model_config, num_actions)
-        check_outputs(config.model, network, obs_shape, (2, num_actions), f"Q-values for {config.env}")
+        expected = (2, num_actions) if num_atoms == 1 else (2, num_actions, num_atoms)
+        check_outputs(config.model, network, obs_shape, expected, f"Q-values for {config.env}")
     else:
-        network = q_network(obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling)
+        sigma0 = config.noisy_sigma0 if config.noisy else None
+        network = q_network(
+            obs_shape, num_actions, config.hidden_sizes, config.conv_torso, config.dueling, num_atoms, sigma0
+        )
     masked = isinstance(obs_space, MaskedBox)
-    return Policy(network, Greedy(num_actions), obs_shape, outputs=q_value_outputs, action_mask=masked)
+    return Policy(network, Greedy(num_actions), obs_shape, outputs=outputs, action_mask=masked, noisy=config.noisy)
+
+
+def q_readout(config: Any) -> tuple[int, Callable[..., tuple[Any, Any]]]:
+    """Outputs per action and their reader: C51's ``num_atoms`` logits, QR-DQN's
+    ``num_quantiles`` quantiles, or one Q-value."""
+    if config.c51:
+        return config.num_atoms, functools.partial(categorical_q_outputs, v_min=config.v_min, v_max=config.v_max)
+    if config.qr:
+        return config.num_quantiles, quantile_q_outputs
+    return 1, q_value_outputs
 
 
 def actor_critics_policy(

@@ -20,6 +20,7 @@ return ``None``; acting code passes the state along without looking inside.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxflow.networks.noisy import NOISE_RNG
 from jaxflow.policies.categorical import Categorical, Greedy, mask_inputs
 from jaxflow.policies.distributions import ActionDistribution
 
 Array = jax.Array
+
+NOISE_STREAM = 0x6E6F6973
+"""Folded into an acting key for a noisy policy's noise, apart from the key's other uses."""
 
 
 def actor_critic_outputs(out: tuple[Array, Array], legal: Array | None = None) -> tuple[Array, Array]:
@@ -72,6 +77,9 @@ class Policy:
     action mask (1: legal), applied to the distribution inputs (a ``Categorical`` or ``Greedy``)."""
     recurrent: bool = False
     """Whether acting carries a state from step to step (see :meth:`initial_state`)."""
+    noisy: bool = False
+    """Whether the network has noisy layers (:class:`~jaxflow.networks.noisy.NoisyDense`): acting
+    passes a key and gets fresh noise on each call; greedy play passes none and uses the mean weights."""
 
     def __post_init__(self) -> None:
         if self.action_mask and not isinstance(self.distribution, Categorical | Greedy):
@@ -83,9 +91,20 @@ class Policy:
         """Fresh parameters for one observation's shape."""
         return self.network.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))
 
-    def apply(self, params: Any, obs: Array) -> tuple[Array, Array]:
-        """``(distribution inputs [B, D], value [B])``: what losses call as ``apply_fn``."""
-        return self.outputs(self.network.apply(params, obs), self.legal_actions(obs))
+    def apply(self, params: Any, obs: Array, key: Array | None = None) -> tuple[Array, Array]:
+        """``(distribution inputs [B, D], value [B])``: what losses call as ``apply_fn``; ``key``
+        draws a noisy network's noise (None: its mean weights)."""
+        return self.outputs(self.network_outputs(params, obs, key), self.legal_actions(obs))
+
+    def network_outputs(self, params: Any, obs: Array, key: Array | None = None) -> Any:
+        """The network's own output (a distributional Q-network's ``[B, A, N]``), noise drawn from ``key``."""
+        if key is None:
+            return self.network.apply(params, obs)
+        return self.network.apply(params, obs, rngs={NOISE_RNG: key})
+
+    def noise_key(self, key: Array) -> Array | None:
+        """The key a noisy policy acts with, apart from ``key``'s own uses (None: not noisy)."""
+        return jax.random.fold_in(key, NOISE_STREAM) if self.noisy else None
 
     def legal_actions(self, obs: Array) -> Array | None:
         """``[B, A]`` True where an action is legal, read from the observations' mask (None:
@@ -96,7 +115,7 @@ class Policy:
 
     def act(self, key: Array, params: Any, obs: Array) -> tuple[Array, Array, Array, Array]:
         """Samples actions in JAX: ``(actions, log-probabilities, distribution inputs, values)``."""
-        inputs, value = self.apply(params, obs)
+        inputs, value = self.apply(params, obs, self.noise_key(key))
         actions, logp = self.distribution.sample(key, inputs)
         return actions, logp, inputs, value
 
@@ -105,10 +124,10 @@ class Policy:
         inputs, _ = self.apply(params, obs)
         return self.distribution.mode(inputs)
 
-    def forward_packed(self, params: Any, obs: Array) -> Array:
+    def forward_packed(self, params: Any, obs: Array, key: Array | None = None) -> Array:
         """``[B, D + 1]``: the distribution inputs, then the value, as one array, so that a
         rollout worker's step costs one compiled call and one transfer to the host."""
-        inputs, value = self.apply(params, obs)
+        inputs, value = self.apply(params, obs, key)
         return jnp.concatenate([inputs.reshape(inputs.shape[0], -1), value[:, None]], axis=-1)
 
     def sample_host(self, rng: np.random.Generator, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,6 +143,18 @@ class Policy:
         """``state`` with the rows of newly started episodes reset (None: feed-forward)."""
         del episode_starts
         return state
+
+
+def compiled_forward(policy: Policy, seed: int) -> Callable[[Any, Any], Array]:
+    """The compiled :meth:`Policy.forward_packed` a rollout worker acts with: a noisy policy's
+    noise is drawn afresh on every call (the call's count folded into a key of ``seed``), so
+    it is resampled on every step."""
+    if not policy.noisy:
+        return jax.jit(policy.forward_packed)
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), NOISE_STREAM)
+    forward = jax.jit(lambda params, obs, step: policy.forward_packed(params, obs, jax.random.fold_in(key, step)))
+    steps = itertools.count()
+    return lambda params, obs: forward(params, obs, next(steps))
 
 
 def unpack(packed: Any) -> tuple[np.ndarray, np.ndarray]:

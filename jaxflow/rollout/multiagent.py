@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxflow import envs
 from jaxflow.config.constants import worker_seed
-from jaxflow.policies.policy import unpack
+from jaxflow.policies.policy import compiled_forward, unpack
 from jaxflow.rollout.batch import SampleBatch, SampleTiming, concat_batches, sum_timings
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.truncation import bootstrap_truncations
@@ -98,7 +98,7 @@ class MultiAgentRolloutWorker:
         )
         self.policies = spec.policies
         self.agents = {pid: [a for a in self.env.agents if spec.mapping[a] == pid] for pid in spec.policies}
-        self._forward = {pid: jax.jit(ws.policy.forward_packed) for pid, ws in spec.policies.items()}
+        self._forward = {pid: compiled_forward(ws.policy, seed) for pid, ws in spec.policies.items()}
         self._postprocess = {
             pid: HostPostprocess(functools.partial(ws.postprocess, config=ws.config))
             for pid, ws in spec.policies.items()

@@ -15,7 +15,7 @@ from jaxflow import envs
 from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow import placement
 from jaxflow.dataflow.iterators import _call
-from jaxflow.policies.policy import Policy, unpack
+from jaxflow.policies.policy import Policy, compiled_forward, unpack
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
 from jaxflow.rollout.guards import PolicyOutputError, bad_output_message, check_finite_step
 from jaxflow.rollout.normalize import HostNormalizer, Normalizer
@@ -127,7 +127,7 @@ class RolloutWorker:
         seed = worker_seed(cfg.seed, index, incarnation)
         self.envs = make_vector_envs(cfg, seed, index, incarnation)
         self.policy = spec.policy
-        self._forward = jax.jit(spec.policy.forward_packed)
+        self._forward = compiled_forward(spec.policy, seed)
         self._postprocess = (
             HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
         )

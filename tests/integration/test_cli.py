@@ -220,17 +220,17 @@ def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
 def test_list_names_algorithms_and_envs(capfd):
     assert cli.main(["list"]) == 0
     out, err = capfd.readouterr()  # capfd: what libraries print from C reaches the file descriptors
-    assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, SAC, TD3" in out
+    assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, Rainbow, SAC, TD3" in out
     assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
-    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO" in out
-    assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, SAC, TD3" in out
-    assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, SAC, TD3" in out
+    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO, Rainbow" in out
+    assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, Rainbow, SAC, TD3" in out
+    assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, Rainbow, SAC, TD3" in out
     assert (
         "multiagent/Coordination-v0" in out and "multiagent/Rendezvous-v0" in out and "jaxflow/MaskedChoice-v0" in out
     )
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert "obs Box(4,) float32" in rows["CartPole-v1"] and "act Discrete(2)" in rows["CartPole-v1"]
-    assert rows["CartPole-v1"].endswith("A2C A3C APEX APPO DQN IMPALA PPO")  # MAML trains on task distributions
+    assert rows["CartPole-v1"].endswith("A2C A3C APEX APPO DQN IMPALA PPO Rainbow")  # MAML trains on task distributions
     assert "act Box(1,) [-2, 2]" in rows["Pendulum-v1"] and " SAC TD3" in rows["Pendulum-v1"]
     assert "DQN" not in rows["Pendulum-v1"] and "A3C" not in rows["gymnax/Pendulum-v1"]  # no device mode
     assert "obs Box(4, 84, 84) uint8" in rows["ALE/<Game>-v5"] and "ALE/Pong-v5" not in rows  # one line for all
