@@ -1,5 +1,6 @@
 """Rainbow's parts learn CartPole-v1: C51 and QR-DQN reach 450 within 200k env steps, and
 Rainbow (every part on) within DQN's budget of 200k (test_learning.py's DQN test, Ray mode).
+Each run is a tuned example (``examples/tuned/``).
 
 Fixed seeds and the configs' defaults but where named. C51 and QR-DQN run in Ray mode on
 DQN's one rollout worker; C51's support is CartPole's return range ``[0, 100]`` (DQN's
@@ -14,32 +15,23 @@ run to run, Rainbow reached 450 at 139k-145k steps in some runs here and not wit
 from __future__ import annotations
 
 import pytest
+import tuned_examples as tuned
 
 import jaxflow.algorithms.rainbow  # noqa: F401 - registers Rainbow where the installed entry points predate it
-from jaxflow import Algorithm
 from jaxflow.api.loop import train
 
 pytestmark = pytest.mark.learning
 
-BUDGET = 200_000
 
-CASES = {
-    "c51": ("DQN", "CartPole-v1", dict(c51=True, v_min=0.0, v_max=100.0, samples_per_insert=4.0)),
-    "qr": ("DQN", "CartPole-v1", dict(qr=True)),
-    "rainbow": ("Rainbow", "gymnax/CartPole-v1", dict(hidden_sizes=(64, 64))),
-}
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_reaches_450_within_200k_steps(ray_local, case):
-    name, env, overrides = CASES[case]
-    algo = Algorithm.build(name, env=env, seed=0, **overrides)
+@pytest.mark.parametrize("example", ["c51-cartpole", "qr-dqn-cartpole", "rainbow-gymnax-cartpole"])
+def test_reaches_450_within_200k_steps(ray_local, example):
+    algo, stop = tuned.build(example)
     try:
-        result = train(algo, {"episode_return_mean": 450.0, "env_steps_sampled": BUDGET}, verbose=False)
+        result = train(algo, stop, verbose=False)
     finally:
         algo.stop()
-    assert result["episode_return_mean"] >= 450.0, result
+    tuned.assert_reaches(example, result)
     # The last iteration (device mode: the last call) may overshoot the budget.
     last = algo.program.steps_per_iteration * algo.config.device.iterations_per_call if algo.mode == "device" else 2048
-    assert result["env_steps_sampled"] <= BUDGET + last
+    assert result["env_steps_sampled"] <= stop["env_steps_sampled"] + last
     assert result["learner"]["mean_abs_td_error"] > 0
