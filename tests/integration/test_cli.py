@@ -217,9 +217,14 @@ def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
     claim_logdir(str(run))  # a folder of other files is no run
 
 
-def test_list_names_algorithms_and_envs(capfd):
-    assert cli.main(["list"]) == 0
-    out, err = capfd.readouterr()  # capfd: what libraries print from C reaches the file descriptors
+def test_list_names_algorithms_and_envs():
+    """``jaxflow list`` as a user runs it: a fresh process (none of this session's registrations),
+    its stdout and stderr whole (what libraries print from C included)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxflow.api.cli", "list"], capture_output=True, text=True, timeout=LIST_TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stderr
+    out, err = done.stdout, done.stderr
     assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, Rainbow, SAC, TD3" in out
     assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
     assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO, Rainbow" in out
@@ -302,6 +307,9 @@ def test_train_runs_a_tuned_example_with_flags_over_it(ray_local, tmp_path, caps
     assert config["seed"] == 0 and config["optimizer"]["lr"] == 1e-4 and config["rollout"]["num_workers"] == 0
     lines = (tmp_path / "progress.jsonl").read_text().splitlines()
     assert len(lines) == 1 and json.loads(lines[0])["training_iteration"] == 1
+
+
+LIST_TIMEOUT_S = 300
 
 
 TINY_PPO = dict(
