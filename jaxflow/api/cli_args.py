@@ -23,6 +23,16 @@ DISTRIBUTION = "jaxflow-rl"
 ENV_KINDS = ("gymnasium", "gymnax", "brax", "multiagent")
 """The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
 
+IMPORT_FLAG = {
+    "action": "append",
+    "default": [],
+    "dest": "imports",
+    "metavar": "MODULE",
+    "help": "import a module of yours first (from the current directory or installed), e.g. one that "
+    "registers environments or models; repeatable",
+}
+"""``--import``, which train, evaluate and export take."""
+
 MODES = ("auto", "ray", "device")
 
 
@@ -34,8 +44,35 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
-
     t = sub.add_parser("train", help="train an algorithm (or resume a run)")
+    _train_arguments(t)
+    t.add_argument("--import", **IMPORT_FLAG)  # type: ignore[arg-type]
+    e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
+    e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    e.add_argument("--episodes", type=int_at_least(1), default=10)
+    e.add_argument("--seed", type=int_at_least(0))
+    e.add_argument("--video", metavar="DIR", help="also record each episode as DIR/episode_<k>.mp4")
+    x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
+    x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
+    x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
+    for command in (e, x):
+        command.add_argument("--import", **IMPORT_FLAG)  # type: ignore[arg-type]
+    pl = sub.add_parser("plot", help="learning curves of run directories")
+    pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    pl.add_argument("--metric", default="episode_return_mean")
+    pl.add_argument("--x", default="env_steps_sampled", choices=X_KEYS)
+    pl.add_argument("--out", default="curves.png", help="the image to write (.png, .svg, .pdf)")
+    ls = sub.add_parser("list", help="algorithms, and the environments they can train with each one's spaces")
+    ls.add_argument("--algo", help="only the environments this algorithm can train")
+    ls.add_argument("--kind", action="append", choices=ENV_KINDS, help="only this kind of environment; repeatable")
+    ls.add_argument("--all", action="store_true", help="every id, also those hidden by default, saying why")
+    for command in (t, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return p
+
+
+def _train_arguments(t: argparse.ArgumentParser) -> None:
+    """``jaxflow train``'s flags of what to train: the run file, algorithm, env, stop and settings."""
     t.add_argument(
         "--config",
         metavar="FILE",
@@ -60,6 +97,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="FIELD=VALUE",
         help="override a config field, by its flat (lr) or dotted (optimizer.lr) name; repeatable",
     )
+    _train_run_arguments(t)
+
+
+def _train_run_arguments(t: argparse.ArgumentParser) -> None:
+    """``jaxflow train``'s flags of where a run goes, how it resumes and how many agents it trains."""
     t.add_argument(
         "--logdir", help="where progress, TensorBoard events and checkpoints go (a new directory, or see --overwrite)"
     )
@@ -113,41 +155,6 @@ def parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
     t.add_argument("--quiet", action="store_true", help="no progress output")
-
-    imports = {
-        "action": "append",
-        "default": [],
-        "dest": "imports",
-        "metavar": "MODULE",
-        "help": "import a module of yours first (from the current directory or installed), e.g. one that "
-        "registers environments or models; repeatable",
-    }
-    t.add_argument("--import", **imports)  # type: ignore[arg-type]
-    e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
-    e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
-    e.add_argument("--episodes", type=int_at_least(1), default=10)
-    e.add_argument("--seed", type=int_at_least(0))
-    e.add_argument("--video", metavar="DIR", help="also record each episode as DIR/episode_<k>.mp4")
-
-    x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
-    x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
-    x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
-    for command in (e, x):
-        command.add_argument("--import", **imports)  # type: ignore[arg-type]
-
-    pl = sub.add_parser("plot", help="learning curves of run directories")
-    pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    pl.add_argument("--metric", default="episode_return_mean")
-    pl.add_argument("--x", default="env_steps_sampled", choices=X_KEYS)
-    pl.add_argument("--out", default="curves.png", help="the image to write (.png, .svg, .pdf)")
-
-    ls = sub.add_parser("list", help="algorithms, and the environments they can train with each one's spaces")
-    ls.add_argument("--algo", help="only the environments this algorithm can train")
-    ls.add_argument("--kind", action="append", choices=ENV_KINDS, help="only this kind of environment; repeatable")
-    ls.add_argument("--all", action="store_true", help="every id, also those hidden by default, saying why")
-    for command in (t, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-    return p
 
 
 def overrides(args: argparse.Namespace) -> dict[str, str]:
