@@ -9,7 +9,7 @@ from typing import Any
 
 from jaxflow import Algorithm
 from jaxflow.api.cli_args import new_run, parse
-from jaxflow.api.loop import parse_stop
+from jaxflow.api.loop import parse_stop, train
 
 TUNED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "tuned")
 
@@ -45,3 +45,15 @@ def assert_reaches(name: str, result: dict[str, Any]) -> None:
         for part in key.split("/"):
             value = value.get(part, {}) if isinstance(value, dict) else {}
         assert isinstance(value, (int, float)) and value >= target, (name, key, value, result)
+
+
+def run(name: str, *flags: str) -> tuple[dict[str, Any], Algorithm, dict[str, float]]:
+    """Trains the example to its stop conditions and checks what it states it reaches:
+    ``(the last result, the stopped algorithm, the stop conditions)``."""
+    algo, stop = build(name, *flags)
+    try:
+        result = train(algo, stop, verbose=False)
+    finally:
+        algo.stop()
+    assert_reaches(name, result)
+    return result, algo, stop

@@ -18,13 +18,8 @@ pytestmark = pytest.mark.learning
 def test_ppo_in_device_mode_reaches_minus_300_on_pendulum_within_300k_steps():
     """Three seeds as one vmapped run on gymnax's Pendulum-v1: their mean return (over each
     member's last 100 episodes) reaches -300 within 300k env steps per member."""
-    algo, stop = tuned.build("ppo-gymnax-pendulum")
+    result, algo, _stop = tuned.run("ppo-gymnax-pendulum")
     assert algo.mode == "device"
-    try:
-        result = train(algo, stop, verbose=False)
-    finally:
-        algo.stop()
-    tuned.assert_reaches("ppo-gymnax-pendulum", result)
     per_seed = [m["episode_return_mean"] for m in result["members"].values()]
     assert len(per_seed) == 3 and np.mean(per_seed) >= -300.0, per_seed
     assert result["env_steps_sampled"] <= 300_000 + 32 * 64 * algo.config.device.iterations_per_call
@@ -49,12 +44,7 @@ def test_sac_reaches_minus_200_on_pendulum_within_20k_steps(ray_local):
 def test_td3_reaches_minus_200_on_pendulum_within_30k_steps(ray_local):
     """The paper's settings (lr 1e-3, exploration noise 0.1, smoothing 0.2/0.5, actor every
     2 steps) with 128-unit layers and 1,000 uniformly random steps first."""
-    algo, stop = tuned.build("td3-pendulum")
-    try:
-        result = train(algo, stop, verbose=False)
-    finally:
-        algo.stop()
-    tuned.assert_reaches("td3-pendulum", result)
+    result, algo, _stop = tuned.run("td3-pendulum")
     assert result["env_steps_sampled"] <= 30_000 + algo.config.min_env_steps_per_iteration
 
 

@@ -18,12 +18,7 @@ pytestmark = pytest.mark.learning
 
 @pytest.mark.parametrize("example", ["ppo-cartpole", "a2c-cartpole", "a3c-cartpole"])
 def test_reaches_target_within_budget(ray_local, example):
-    algo, stop = tuned.build(example)
-    try:
-        result = train(algo, stop, verbose=False)
-    finally:
-        algo.stop()
-    tuned.assert_reaches(example, result)
+    result, _algo, stop = tuned.run(example)
     assert result["env_steps_sampled"] <= stop["env_steps_sampled"] + 4096  # the last iteration may overshoot
     assert result["env_steps_trained"] == result["env_steps_sampled"]
 
@@ -39,12 +34,7 @@ def test_ppo_samples_in_the_driver_with_zero_workers(ray_local):
 
 
 def test_dqn_reaches_450_within_200k_steps(ray_local):
-    algo, stop = tuned.build("dqn-cartpole")
-    try:
-        result = train(algo, stop, verbose=False)
-    finally:
-        algo.stop()
-    tuned.assert_reaches("dqn-cartpole", result)
+    result, _algo, stop = tuned.run("dqn-cartpole")
     assert result["env_steps_sampled"] <= stop["env_steps_sampled"] + 2048
     # The replay ratio is the configured one: 8 replayed transitions per sampled one, in
     # whole rounds, counted from learning_starts on.
@@ -79,12 +69,7 @@ def test_apex_greedy_policy_reaches_400_within_500k_steps(ray_local):
 
 @pytest.mark.parametrize("example", ["impala-cartpole", "appo-cartpole"])
 def test_impala_family_reaches_450_within_1m_steps(ray_local, example):
-    algo, stop = tuned.build(example)
-    try:
-        result = train(algo, stop, verbose=False)
-    finally:
-        algo.stop()
-    tuned.assert_reaches(example, result)
+    result, _algo, _stop = tuned.run(example)
     # The learner trains what the actors sampled, less what is still on its way: a partial
     # train batch, 4 batches in the in-queue, 1 in the update and 4 in the out-queue.
     assert 0 <= result["env_steps_sampled"] - result["env_steps_trained"] <= 10 * 512
@@ -97,10 +82,8 @@ def test_impala_family_reaches_450_within_1m_steps(ray_local, example):
 def test_ppo_in_device_mode_reaches_450_within_500k_steps():
     """Rollout and update compiled together on gymnax's CartPole-v1 (the same PPO loss and
     defaults as the Ray runs above; no Ray)."""
-    algo, stop = tuned.build("ppo-gymnax-cartpole")
+    result, algo, _stop = tuned.run("ppo-gymnax-cartpole")
     assert algo.mode == "device"
-    result = train(algo, stop, verbose=False)
-    tuned.assert_reaches("ppo-gymnax-cartpole", result)
     assert (
         result["env_steps_sampled"]
         <= 500_000 + algo.program.steps_per_iteration * algo.config.device.iterations_per_call

@@ -18,19 +18,13 @@ import pytest
 import tuned_examples as tuned
 
 import jaxflow.algorithms.rainbow  # noqa: F401 - registers Rainbow where the installed entry points predate it
-from jaxflow.api.loop import train
 
 pytestmark = pytest.mark.learning
 
 
 @pytest.mark.parametrize("example", ["c51-cartpole", "qr-dqn-cartpole", "rainbow-gymnax-cartpole"])
 def test_reaches_450_within_200k_steps(ray_local, example):
-    algo, stop = tuned.build(example)
-    try:
-        result = train(algo, stop, verbose=False)
-    finally:
-        algo.stop()
-    tuned.assert_reaches(example, result)
+    result, algo, stop = tuned.run(example)
     # The last iteration (device mode: the last call) may overshoot the budget.
     last = algo.program.steps_per_iteration * algo.config.device.iterations_per_call if algo.mode == "device" else 2048
     assert result["env_steps_sampled"] <= stop["env_steps_sampled"] + last
