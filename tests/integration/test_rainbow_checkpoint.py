@@ -54,6 +54,10 @@ def test_c51_noisy_run_restores_and_evaluates_from_the_cli(ray_local, tmp_path, 
     assert f"mean {in_process['return_mean']:.2f}" in capsys.readouterr().out
 
 
+MAX_ITERATIONS = 20
+"""Ape-X iterations (500 env steps each) the noisy quantile run may take to fill both shards."""
+
+
 def test_apex_trains_a_noisy_quantile_head_on_its_actors_and_shards(ray_local):
     """Ape-X with QR-DQN and noisy layers, exploring by the noise alone (every actor's epsilon
     0): the learner's per-sample quantile losses go back to both shards as priorities."""
@@ -71,11 +75,15 @@ def test_apex_trains_a_noisy_quantile_head_on_its_actors_and_shards(ray_local):
         seed=4,
     )
     try:
-        result = algo.train()
-        while result["num_updates"] < 2:
+        # Each stored batch goes to a shard drawn at random: the first few may all land on one
+        # (how many arrive before the second update depends on this machine's pace), so train
+        # until both shards hold transitions, within a bound.
+        for _ in range(MAX_ITERATIONS):
             result = algo.train()
-        stats = algo.replay.stats()
+            stats = algo.replay.stats()
+            if result["num_updates"] >= 2 and all(s["size"] > 0 for s in stats):
+                break
     finally:
         algo.stop()
     assert result["learner"]["mean_abs_td_error"] > 0 and np.isfinite(result["learner"]["mean_q"])
-    assert len(stats) == 2 and all(s["size"] > 0 for s in stats)
+    assert result["num_updates"] >= 2 and len(stats) == 2 and all(s["size"] > 0 for s in stats)
