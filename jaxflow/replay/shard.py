@@ -12,9 +12,9 @@ from the other and the replay ratio does not depend on their relative speeds.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -262,23 +262,21 @@ class ReplayShard:
             self._frame_stack = state.get("frame_stack")
             self._cond.notify_all()
 
-    def save(self, path: str) -> int:
-        """Writes :meth:`get_state` to ``path`` (numpy ``.npz`` for the arrays, JSON for the
-        rest; no pickles), through a temporary file renamed when complete. Returns the
-        number of stored items."""
+    def export_state(self) -> bytes:
+        """:meth:`get_state` as the bytes of a numpy ``.npz`` file (arrays as arrays, the rest
+        as JSON; no pickles), handed to the driver, which writes it where checkpoints go: no
+        shard needs the checkpoint's storage, so shards on other nodes save and restore alike."""
         state = self.get_state()
         # Any values: typed as arrays, the ``**arrays`` would also have to fit savez's ``allow_pickle: bool``.
         arrays: dict[str, Any] = {f"buffer/{k}": v for k, v in state["buffer"].items() if isinstance(v, np.ndarray)}
         scalars = dict(state, buffer={k: v for k, v in state["buffer"].items() if not isinstance(v, np.ndarray)})
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            np.savez(f, __meta__=np.frombuffer(json.dumps(scalars).encode(), np.uint8), **arrays)
-        os.replace(tmp, path)
-        return int(state["buffer"]["size"])
+        out = io.BytesIO()
+        np.savez(out, __meta__=np.frombuffer(json.dumps(scalars).encode(), np.uint8), **arrays)
+        return out.getvalue()
 
-    def load(self, path: str) -> int:
-        """Restores a file written by :meth:`save`; returns the number of stored items."""
-        with np.load(path, allow_pickle=False) as f:
+    def import_state(self, data: bytes) -> int:
+        """Restores bytes made by :meth:`export_state`; returns the number of stored items."""
+        with np.load(io.BytesIO(data), allow_pickle=False) as f:
             state = json.loads(f["__meta__"].tobytes().decode())
             state["buffer"].update({k[len("buffer/") :]: f[k] for k in f.files if k.startswith("buffer/")})
         self.set_state(state)

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import copy
+import io
+import json
 import logging
 import os
 import threading
@@ -20,6 +22,25 @@ from jaxflow.dataflow.placement import Placement, lost_with_its_node, wait_place
 from jaxflow.replay.shard import ReplayShard, ReplayShardError
 
 log = logging.getLogger(__name__)
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temporary file renamed when complete."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def stored_items(data: bytes) -> int:
+    """The number of items in a shard's :meth:`~ReplayShard.export_state` bytes."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as f:
+        return int(json.loads(f["__meta__"].tobytes().decode())["buffer"]["size"])
 
 
 class ReplayShards:
@@ -162,7 +183,7 @@ class ReplayShards:
         new = self._start(index)
         source = self.restore_from  # read once: a checkpoint may be written meanwhile
         path = self._path(source, index) if source and os.path.exists(self._path(source, index)) else None
-        restored = ray.get(new.load.remote(path), timeout=self.timeout_s) if path else 0
+        restored = ray.get(new.import_state.remote(read_bytes(path)), timeout=self.timeout_s) if path else 0
         # Counted before the new handle is published, so whoever sees the handle sees its restore.
         self._recovery["num_restarts"] += 1
         self._recovery["restored_sizes"][index] = restored
@@ -192,21 +213,24 @@ class ReplayShards:
         return os.path.join(directory, f"replay_shard_{index}.npz")
 
     def save(self, directory: str) -> list[int]:
-        """Every shard writes its contents under ``directory`` (in parallel); returns their sizes.
+        """Writes every shard's contents under ``directory``; returns their sizes.
 
-        The shards write the files themselves, so on a multi-node cluster ``directory``
-        must be on storage every node can reach. With ``on_failure="restart"`` a shard that
-        died since its last request is recreated (from the last checkpoint) and saved.
+        The shards hand their contents to this process (all at once, through Ray's object
+        store), which writes the files: ``directory`` need only be reachable from here, not
+        from the nodes the shards run on. With ``on_failure="restart"`` a shard that died
+        since its last request is recreated (from the last checkpoint) and saved.
         """
-        refs = [a.save.remote(self._path(directory, i)) for i, a in enumerate(self.actors)]
+        refs = [a.export_state.remote() for a in self.actors]
         return [self._saved(directory, i, ref) for i, ref in enumerate(refs)]
 
     def _saved(self, directory: str, index: int, ref: ray.ObjectRef) -> int:
         try:
-            return ray.get(ref, timeout=self.timeout_s)
+            data = ray.get(ref, timeout=self.timeout_s)
         except ray.exceptions.RayActorError as error:
             self.on_failure(index, error)  # raises unless restarting
-            return ray.get(self.actors[index].save.remote(self._path(directory, index)), timeout=self.timeout_s)
+            data = ray.get(self.actors[index].export_state.remote(), timeout=self.timeout_s)
+        write_atomic(self._path(directory, index), data)
+        return stored_items(data)
 
     def load(self, directory: str) -> list[int]:
         """Restores every shard from files written by :meth:`save`; returns their sizes."""
@@ -215,7 +239,9 @@ class ReplayShards:
             raise FileNotFoundError(
                 f"No replay contents for {len(missing)} of {len(self.actors)} shards: {missing[0]} ..."
             )
-        sizes = ray.get([a.load.remote(self._path(directory, i)) for i, a in enumerate(self.actors)])
+        sizes = ray.get(
+            [a.import_state.remote(read_bytes(self._path(directory, i))) for i, a in enumerate(self.actors)]
+        )
         self.saved_at(directory)
         return sizes
 
