@@ -56,8 +56,8 @@ def centered_ranks(x: Array) -> Array:
     shaping, Section 2.1 and their ``compute_centered_ranks``).
 
     Example:
-        >>> centered_ranks(jnp.array([[3.0, 1.0], [2.0, 7.0]])).tolist()
-        [[0.1666666716337204, -0.5], [-0.1666666716337204, 0.5]]
+        >>> np.asarray(centered_ranks(jnp.array([[3.0, 1.0], [2.0, 7.0]])), np.float64).round(4).tolist()
+        [[0.1667, -0.5], [-0.1667, 0.5]]
     """
     flat = x.reshape(-1)
     return centered_rank_fitness_shaping_fn(None, flat, None, None).reshape(x.shape)

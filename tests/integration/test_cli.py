@@ -105,7 +105,7 @@ BAD_INPUT = [
     (
         ["train", "--algo", "dqn", "--env", "Pendulum-v1"],
         "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
-        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3",
+        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, ES, IMPALA, PPO, SAC, TD3",
     ),
     (["train", "--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
     (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"], "--sweep takes FIELD=V1,V2,..."),
