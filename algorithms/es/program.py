@@ -184,7 +184,9 @@ class SearchProgram:
         lengths = np.concatenate([o["lengths"][:n] for o in outs] + [o["lengths"][n:] for o in outs])
         moments = jax.tree.map(lambda x: np.asarray(x, np.float32), merge_all([o["moments"] for o in outs]))
         self.state, out = self._update(self.state, offsets, returns, moments)
-        return jax.tree.map(lambda x: np.asarray(x)[None], dict(jax.device_get(out), returns=returns, lengths=lengths))
+        worker_s = max(o["seconds"] for o in outs)
+        out = dict(jax.device_get(out), returns=returns, lengths=lengths, worker_s=worker_s)
+        return jax.tree.map(lambda x: np.asarray(x)[None], out)
 
     def results(self) -> LocalIterator[dict[str, Any]]:
         """One result per compiled call of ``iterations_per_call`` generations (device mode)
@@ -250,3 +252,5 @@ def record(ctx: Context, out: dict[str, np.ndarray]) -> None:
     last = np.asarray(out["returns"][-1], np.float64)
     ctx.info["learner"] = {k: float(out[k][-1]) for k in ("grad_norm", "theta_norm")}
     ctx.info["population"] = {"return_mean": float(last.mean()), "return_max": float(last.max())}
+    if "worker_s" in out:  # Ray mode: the slowest worker's own seconds for its share of the generation
+        ctx.info["population"]["worker_s"] = float(out["worker_s"][-1])

@@ -5,6 +5,7 @@ returns). Both count the observations they acted on, for ARS's state normalizati
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -106,7 +107,9 @@ class SearchWorker:
         return host_perturbations(self.table, offsets, self.dim)
 
     def evaluate(self, theta: np.ndarray, offsets: np.ndarray, generation: int, norm: Moments | None) -> dict[str, Any]:
-        """``theta + sigma eps_i`` and ``theta - sigma eps_i`` for each offset: one episode each."""
+        """``theta + sigma eps_i`` and ``theta - sigma eps_i`` for each offset: one episode each;
+        ``seconds`` is the time this took here (the workers' raw rate, apart from the driver's)."""
+        start = time.perf_counter()
         eps = self.noise(offsets) * self.config.noise_std
         thetas = np.concatenate([theta + eps, theta - eps])
         seeds = np.random.SeedSequence([self.config.seed, generation, self.index]).generate_state(len(thetas))
@@ -118,6 +121,7 @@ class SearchWorker:
             "returns_neg": returns[n:],
             "lengths": lengths,
             "moments": moments,
+            "seconds": time.perf_counter() - start,
         }
 
     def _episodes(
