@@ -105,7 +105,7 @@ BAD_INPUT = [
     (
         ["train", "--algo", "dqn", "--env", "Pendulum-v1"],
         "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
-        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3",
+        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, ES, IMPALA, PPO, SAC, TD3",
     ),
     (["train", "--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
     (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"], "--sweep takes FIELD=V1,V2,..."),
@@ -225,9 +225,11 @@ def test_list_names_algorithms_and_envs():
     )
     assert done.returncode == 0, done.stderr
     out, err = done.stdout, done.stderr
-    assert "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, DDPG, DQN, IMPALA, MAML, PPO, Rainbow, SAC, TD3" in out
-    assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, DDPG, IMPALA, PPO, SAC, TD3" in out
-    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, DQN, IMPALA, MAML, PPO, Rainbow" in out
+    assert (
+        "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, ARS, DDPG, DQN, ES, IMPALA, MAML, PPO, Rainbow, SAC, TD3" in out
+    )
+    assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, ES, IMPALA, PPO, SAC, TD3" in out
+    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, ARS, DQN, ES, IMPALA, MAML, PPO, Rainbow" in out
     assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, Rainbow, SAC, TD3" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, Rainbow, SAC, TD3" in out
     assert (
@@ -235,7 +237,9 @@ def test_list_names_algorithms_and_envs():
     )
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert "obs Box(4,) float32" in rows["CartPole-v1"] and "act Discrete(2)" in rows["CartPole-v1"]
-    assert rows["CartPole-v1"].endswith("A2C A3C APEX APPO DQN IMPALA PPO Rainbow")  # MAML trains on task distributions
+    assert rows["CartPole-v1"].endswith(
+        "A2C A3C APEX APPO DQN IMPALA PPO Rainbow"
+    )  # programs of their own (MAML, ES, ARS) are not listed per env
     assert "act Box(1,) [-2, 2]" in rows["Pendulum-v1"] and " SAC TD3" in rows["Pendulum-v1"]
     assert "DQN" not in rows["Pendulum-v1"] and "A3C" not in rows["gymnax/Pendulum-v1"]  # no device mode
     assert "obs Box(4, 84, 84) uint8" in rows["ALE/<Game>-v5"] and "ALE/Pong-v5" not in rows  # one line for all
