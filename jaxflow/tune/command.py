@@ -1,0 +1,86 @@
+"""``jaxflow tune``: every input checked before Ray starts, the experiment run with Tune's own
+output silenced, then one table of the trials and the best trial's checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from jaxflow.api.cli_args import overrides
+from jaxflow.api.loop import parse_stop
+from jaxflow.api.registry import get_algorithm
+from jaxflow.api.retention import BEST_FILE
+from jaxflow.api.spaces import env_spaces
+from jaxflow.config.fields import ConfigError
+from jaxflow.config.parsing import parse_value, with_overrides
+from jaxflow.tune.experiment import best_checkpoint, make_scheduler, results_table, trials, tuner
+from jaxflow.tune.search import search_space
+
+TUNE_NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"
+"""Ray's switch between Tune's classic console reporter ("0") and its newer one."""
+DEFAULT_STOP = {"training_iteration": 10.0}
+"""Each trial's stop when ``--stop`` is not given."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``jaxflow tune``'s experiment; 0 when every trial finished, 1 when some failed."""
+    from jaxflow.api.ray_program import init_ray
+
+    if not args.algo:
+        raise ConfigError("tune needs --algo NAME.")
+    spec = get_algorithm(args.algo)
+    settings = overrides(args)
+    config = with_overrides(spec.config_cls(), settings)  # the fixed settings, validated
+    fixed = {k: parse_value(spec.config_cls, k, v) for k, v in settings.items()}
+    dims = search_space(spec.config_cls, args.search, fixed)
+    stop = parse_stop(args.stop) or DEFAULT_STOP
+    scheduler = make_scheduler(args.scheduler, dims, stop, args.scheduler_interval)
+    if spec.run.program is None:
+        env_spaces(config, spec)  # the env's spaces against the algorithm's, before Ray starts
+    logdir = args.logdir or os.path.join(
+        "runs", f"tune-{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if os.path.exists(logdir) and (not os.path.isdir(logdir) or os.listdir(logdir)):
+        raise ConfigError(f"logdir {logdir!r} is not an empty directory; pick a new one.")
+    print(
+        f"jaxflow: tuning {spec.name} on {config.env}: {args.num_samples} sample(s) of "
+        f"{', '.join(args.search) or 'the fixed settings'}, scheduler {args.scheduler}, logdir {logdir}",
+        flush=True,
+    )
+    init_ray(args.address)
+    with _classic_tune_output():
+        results = tuner(
+            spec.name, fixed, dims, args.num_samples, scheduler, stop, logdir, args.checkpoint_every, args.max_failures
+        ).fit()
+    print(results_table(results, [d.field for d in dims], stop), flush=True)
+    for r in trials(results):
+        if r.error is not None:
+            print(f"jaxflow: trial {r.metrics.get('trial_id', r.path)} failed: {_first_line(r.error)}", flush=True)
+    best = best_checkpoint(results, logdir)
+    if best is not None:
+        print(f"best: trial {best['trial']}, return {best['score']:.1f}, checkpoint {best['checkpoint']} ({BEST_FILE})")
+    return 1 if results.errors else 0
+
+
+@contextlib.contextmanager
+def _classic_tune_output() -> Iterator[None]:
+    """Tune's own console output (its configuration box, progress tables) off while it runs:
+    the table after it says what they would. Its classic reporter is silent at verbose=0; the
+    newer one always prints the box."""
+    before = os.environ.get(TUNE_NEW_OUTPUT)
+    os.environ[TUNE_NEW_OUTPUT] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(TUNE_NEW_OUTPUT, None)
+        else:
+            os.environ[TUNE_NEW_OUTPUT] = before
+
+
+def _first_line(error: Any) -> str:
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
