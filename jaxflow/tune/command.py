@@ -20,8 +20,14 @@ from jaxflow.config.parsing import parse_value, with_overrides
 from jaxflow.tune.experiment import best_checkpoint, make_scheduler, results_table, trials, tuner
 from jaxflow.tune.search import search_space
 
-TUNE_NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"
-"""Ray's switch between Tune's classic console reporter ("0") and its newer one."""
+QUIET_TUNE = {
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+}
+"""Ray's switches for Tune's console output while ``jaxflow tune`` runs, whose table at the end
+says what Tune's would: its classic reporter (silent at verbose 0; the newer one always prints
+a configuration box), and no warning that the experiment's state is saved often (it is saved
+on this machine's disk at every trial checkpoint past the newest kept)."""
 DEFAULT_STOP = {"training_iteration": 10.0}
 """Each trial's stop when ``--stop`` is not given."""
 
@@ -52,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     init_ray(args.address)
-    with _classic_tune_output():
+    with _quiet_tune():
         results = tuner(
             spec.name, fixed, dims, args.num_samples, scheduler, stop, logdir, args.checkpoint_every, args.max_failures
         ).fit()
@@ -67,19 +73,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _classic_tune_output() -> Iterator[None]:
-    """Tune's own console output (its configuration box, progress tables) off while it runs:
-    the table after it says what they would. Its classic reporter is silent at verbose=0; the
-    newer one always prints the box."""
-    before = os.environ.get(TUNE_NEW_OUTPUT)
-    os.environ[TUNE_NEW_OUTPUT] = "0"
+def _quiet_tune() -> Iterator[None]:
+    """Ray's :data:`QUIET_TUNE` settings while Tune runs, the environment as it was after."""
+    before = {name: os.environ.get(name) for name in QUIET_TUNE}
+    os.environ.update(QUIET_TUNE)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(TUNE_NEW_OUTPUT, None)
-        else:
-            os.environ[TUNE_NEW_OUTPUT] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _first_line(error: Any) -> str:
