@@ -19,6 +19,7 @@ from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import parse_value, with_overrides
 from jaxflow.tune.experiment import best_checkpoint, make_scheduler, results_table, trials, tuner
 from jaxflow.tune.search import search_space
+from jaxflow.tune.trainable import placement_for
 
 QUIET_TUNE = {
     "RAY_AIR_NEW_OUTPUT": "0",
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     init_ray(args.address)
+    check_trial_fits(placement_for(config, spec).required_resources)
     with _quiet_tune():
         results = tuner(
             spec.name, fixed, dims, args.num_samples, scheduler, stop, logdir, args.checkpoint_every, args.max_failures
@@ -85,6 +87,21 @@ def _quiet_tune() -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def check_trial_fits(need: dict[str, float]) -> None:
+    """Raises :class:`ConfigError` when one trial needs more than the whole Ray cluster has:
+    Tune would keep it pending forever."""
+    import ray
+
+    have = ray.cluster_resources()
+    short = {name: amount for name, amount in need.items() if have.get(name, 0) < amount}
+    if short:
+        raise ConfigError(
+            f"each trial needs {need} (its driver, rollout workers and replay shards), but the Ray cluster "
+            f"has { ({name: have.get(name, 0) for name in short}) } in all; set fewer --num-workers (0: "
+            "sampling in the trial's process) or add nodes."
+        )
 
 
 def _first_line(error: Any) -> str:

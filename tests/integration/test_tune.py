@@ -129,3 +129,11 @@ def test_bad_tune_input_is_one_line_and_exit_status_2(no_ray, capsys, words, mes
     assert cli.main(["tune", "--algo", "PPO", "--env", "CartPole-v1", *words]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("jaxflow: error: ") and message in err, err
+
+
+def test_a_trial_bigger_than_the_cluster_is_refused_before_any_starts(ray_local, tmp_path, capsys):
+    argv = ["tune", "--algo", "PPO", "--env", "CartPole-v1", "--num-workers", "2", "--logdir", str(tmp_path / "t")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "each trial needs {'CPU': 3.0}" in err and "the Ray cluster has {'CPU': 2.0} in all" in err, err
+    assert not os.path.exists(tmp_path / "t")
