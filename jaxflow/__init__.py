@@ -4,7 +4,7 @@ This module is the one import surface for algorithm pages and notebooks. Its nam
 on first use (PEP 562), so that ``import jaxflow.envs`` does not bring in the engine and
 ``import jaxflow`` starts no JAX, Ray or algorithm import before something is asked for.
 The engine's parts live in sub-packages: ``api``, ``config``, ``dataflow``, ``ops``,
-``rollout``, ``learn``, ``replay``, ``ondevice``, ``networks`` (see docs/architecture.md).
+``rollout``, ``learn``, ``replay``, ``ondevice``, ``networks``, ``tune`` (see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -163,10 +163,14 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _NAMES_BY_PART, globals())
+_SUBMODULES = ("tune",)
+"""Parts used by their own name, ``jaxflow.tune.trainable("PPO")``: imported (with Ray Tune) on first use."""
+
+__getattr__, __dir__ = lazy_exports(__name__, _NAMES_BY_PART, globals(), _SUBMODULES)
 
 
 if TYPE_CHECKING:
+    from jaxflow import tune as tune  # not in __all__: `from jaxflow import *` loads no Ray Tune
     from jaxflow.api import (
         Algorithm,
         AlgorithmSpec,

@@ -193,10 +193,12 @@ def verify(path: str) -> dict[str, Any]:
 
 
 def is_checkpoint(path: str) -> bool:
-    """Whether ``path`` names one checkpoint (complete or not) rather than a directory of them."""
-    return bool(_NAME.match(os.path.basename(os.path.abspath(path)))) or any(
-        os.path.exists(os.path.join(path, f)) for f in (META, manifest.MANIFEST, "state")
-    )
+    """Whether ``path`` names one checkpoint (complete or not) rather than a directory of them:
+    it holds a checkpoint's files, or is named like one and holds no checkpoints (Ray Tune's
+    ``checkpoint_000007/``, which holds jaxflow's ``checkpoint_8/``, is a directory of them)."""
+    if any(os.path.exists(os.path.join(path, f)) for f in (META, manifest.MANIFEST, "state")):
+        return True
+    return bool(_NAME.match(os.path.basename(os.path.abspath(path)))) and not candidates(path)
 
 
 def candidates(directory: str) -> list[str]:

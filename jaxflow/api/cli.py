@@ -1,4 +1,4 @@
-"""``jaxflow`` command line: train, evaluate, export, plot, list."""
+"""``jaxflow`` command line: train, tune, evaluate, export, plot, list."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from jaxflow.api.cli_args import MODES, import_modules, new_run, overrides, parse
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.loggers import parse_loggers
-from jaxflow.api.user_errors import check_evaluate, check_train, one_line, user_errors
+from jaxflow.api.user_errors import check_address, check_evaluate, check_train, one_line, user_errors
 
 __all__ = ["MODES", "main"]
 
@@ -150,6 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_train(args)
             parse_loggers(args.logger)  # names checked before anything starts
             return _train(args)
+        if args.command == "tune":
+            if args.address is not None:
+                check_address(args.address)
+            from jaxflow.tune.command import run  # Ray Tune loads only for this command
+
+            return run(args)
         if args.command == "evaluate":
             check_evaluate(args)
             return _evaluate(args)

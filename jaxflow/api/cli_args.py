@@ -47,6 +47,8 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train an algorithm (or resume a run)")
     _train_arguments(t)
     t.add_argument("--import", **IMPORT_FLAG)  # type: ignore[arg-type]
+    tu = sub.add_parser("tune", help="search an algorithm's settings with Ray Tune (ASHA, PBT), trials in parallel")
+    _tune_arguments(tu)
     e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     e.add_argument("--episodes", type=int_at_least(1), default=10)
@@ -55,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
     x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
-    for command in (e, x):
+    for command in (tu, e, x):
         command.add_argument("--import", **IMPORT_FLAG)  # type: ignore[arg-type]
     pl = sub.add_parser("plot", help="learning curves of run directories")
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -66,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
     ls.add_argument("--algo", help="only the environments this algorithm can train")
     ls.add_argument("--kind", action="append", choices=ENV_KINDS, help="only this kind of environment; repeatable")
     ls.add_argument("--all", action="store_true", help="every id, also those hidden by default, saying why")
-    for command in (t, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
+    for command in (t, tu, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
 
@@ -78,6 +80,12 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a run's flags from a JSON file (e.g. examples/tuned/dqn-cartpole.json); flags given here override it",
     )
+    _algorithm_arguments(t)
+    _train_run_arguments(t)
+
+
+def _algorithm_arguments(t: argparse.ArgumentParser) -> None:
+    """The flags of what to train, which ``train`` and ``tune`` share: algorithm, env, stop and settings."""
     t.add_argument("--algo", help="algorithm name, case-insensitive (see `jaxflow list`)")
     t.add_argument("--env", help="environment id (see `jaxflow list`)")
     t.add_argument("--num-workers", type=int, help="Ray rollout workers (0: sample in this process)")
@@ -97,7 +105,34 @@ def _train_arguments(t: argparse.ArgumentParser) -> None:
         metavar="FIELD=VALUE",
         help="override a config field, by its flat (lr) or dotted (optimizer.lr) name; repeatable",
     )
-    _train_run_arguments(t)
+
+
+def _tune_arguments(t: argparse.ArgumentParser) -> None:
+    """``jaxflow tune``'s flags: what each trial trains (as ``train``'s), what is searched, how."""
+    _algorithm_arguments(t)
+    t.add_argument("--mode", choices=MODES, help="each trial's mode (see train --mode)")
+    t.add_argument(
+        "--search",
+        action="append",
+        default=[],
+        metavar="FIELD=KIND(...)",
+        help="a searched field: loguniform(LOW,HIGH), uniform(LOW,HIGH), randint(LOW,HIGH), choice(V1,V2,...) "
+        "or grid_search(V1,V2,...); repeatable",
+    )
+    t.add_argument("--num-samples", type=int_at_least(1), default=1, help="trials drawn (each grid point this often)")
+    t.add_argument("--scheduler", default="fifo", help="fifo, asha (early stopping) or pbt (population-based training)")
+    t.add_argument(
+        "--scheduler-interval",
+        type=int_at_least(1),
+        default=1,
+        help="iterations between the scheduler's decisions: ASHA's first cut (then 2N, 4N, ...), PBT's perturbations",
+    )
+    t.add_argument("--checkpoint-every", type=int_at_least(1), default=1, help="iterations between trial checkpoints")
+    t.add_argument("--max-failures", type=int_at_least(0), default=1, help="restarts of a trial whose process dies")
+    t.add_argument(
+        "--logdir", help="the experiment's directory (new or empty): trials, checkpoints, best_checkpoint.json"
+    )
+    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
 
 
 def _train_run_arguments(t: argparse.ArgumentParser) -> None:

@@ -9,6 +9,10 @@ own is scheduled wherever its resources are free at the moment it is (re)created
 worker or shard restarted after its node died goes straight to a node that is left, a
 dead actor's resources are free at once, and a run resumed in a new process meets no
 reservation of the old one.
+
+A run that is itself placed in a placement group (a Ray Tune trial, whose group
+``jaxflow.tune`` sizes from the config: the driver's bundle and one per worker) puts its
+actors into that group's bundles instead, so that trials never take each other's CPUs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import ray
+from ray.util.placement_group import PlacementGroup, get_current_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from jaxflow.config.constants import FREE_CPU_PATIENCE_S
 from jaxflow.config.fields import ConfigError
@@ -52,12 +58,16 @@ class Placement:
         return {name: amount for name, amount in wanted.items() if amount > 0}
 
     def options(self) -> dict[str, Any]:
-        """Keyword options for ``ray.remote(cls).options`` (through ``jax_actor``)."""
+        """Keyword options for ``ray.remote(cls).options`` (through ``jax_actor``): in the
+        placement group this process runs in, if any (a Tune trial's), else by the strategy."""
+        group = current_group()
         return dict(
             num_cpus=self.num_cpus,
             num_gpus=self.num_gpus,
             resources=dict(self.resources),
-            scheduling_strategy=RAY_STRATEGIES[self.strategy],
+            scheduling_strategy=RAY_STRATEGIES[self.strategy]
+            if group is None
+            else PlacementGroupSchedulingStrategy(group, placement_group_capture_child_tasks=True),
         )
 
     def fits_a_live_node(self) -> bool:
@@ -85,14 +95,29 @@ class Placement:
                 f"the nodes have {nodes}. Start nodes with those resources (ray start --resources=...) or change the setting."
             )
         need = {name: amount * count for name, amount in self.request().items()}
-        free = _free_resources(need, patience_s)
-        short = {name: free.get(name, 0) for name, amount in need.items() if free.get(name, 0) < amount}
+        group = current_group()
+        short = _short_of(need, group, patience_s)
+        if short and group is not None:
+            raise ConfigError(
+                f"{what} need {need} in all, but this run's placement group (a Tune trial's) has only "
+                f"{short} free of its bundles {group.bundle_specs}; give the trial room for them."
+            )
         if short:
             total = {name: ray.cluster_resources().get(name, 0) for name in short}
             raise ConfigError(
                 f"{what} need {need} in all, but the Ray cluster has only {short} free (of {total}; another run "
                 "may hold the rest); run fewer, ask less of each, or stop the other run."
             )
+
+
+def _short_of(need: Mapping[str, float], group: PlacementGroup | None, patience_s: float) -> dict[str, float]:
+    """Of the resources in ``need``, those the cluster (or ``group``, where Ray names its free
+    ones ``CPU_group_<id>``) has less of free, with what it has, waiting up to ``patience_s``."""
+    suffix = "" if group is None else f"_group_{group.id.hex()}"
+    free = _free_resources({f"{name}{suffix}": amount for name, amount in need.items()}, patience_s)
+    return {
+        name: free.get(f"{name}{suffix}", 0) for name, amount in need.items() if free.get(f"{name}{suffix}", 0) < amount
+    }
 
 
 def _free_resources(need: Mapping[str, float], patience_s: float) -> dict[str, float]:
@@ -153,6 +178,12 @@ def beside_driver() -> dict[str, Any]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return dict(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id(), soft=False))
+
+
+def current_group() -> PlacementGroup | None:
+    """The placement group this process runs in and whose bundles its actors go into (a Tune
+    trial's), or None: Ray not started here, or not in a group."""
+    return get_current_placement_group() if ray.is_initialized() else None
 
 
 def node_id() -> str:

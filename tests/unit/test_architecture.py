@@ -16,7 +16,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENGINE_PARTS = ("api", "config", "dataflow", "learn", "networks", "ondevice", "ops", "replay", "rollout")
+ENGINE_PARTS = ("api", "config", "dataflow", "learn", "networks", "ondevice", "ops", "replay", "rollout", "tune")
 
 
 def loaded_after(code: str) -> list[str]:

@@ -1,0 +1,155 @@
+"""A Tune experiment of one algorithm, as ``jaxflow tune`` runs it: the scheduler by name, the
+Tuner over :func:`~jaxflow.tune.trainable.trainable`, the results table, and the best trial's
+checkpoint named in ``best_checkpoint.json`` in the experiment directory."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
+
+from jaxflow.api import checkpoint
+from jaxflow.api.loop import should_stop
+from jaxflow.api.retention import BEST_FILE, DEFAULT_KEEP
+from jaxflow.config.fields import ConfigError
+from jaxflow.tune.search import SearchDim
+from jaxflow.tune.trainable import trainable
+
+SCHEDULERS = ("fifo", "asha", "pbt")
+"""Schedulers by name: every trial to its stop (FIFO), asynchronous successive halving (Li et
+al. 2018), population-based training (Jaderberg et al. 2017)."""
+METRIC = "episode_return_mean"
+"""What trials are ranked by (higher is better)."""
+ASHA_REDUCTION = 2
+"""ASHA keeps the best 1/2 of the trials at each rung (rungs at ``grace_period * 2**k``)."""
+SILENT = 0
+"""Tune's verbosity: its own tables off; ``jaxflow tune`` prints one at the end."""
+
+
+def make_scheduler(name: str, dims: Sequence[SearchDim], stop: Mapping[str, float], interval: int) -> Any:
+    """The scheduler ``name`` (out of :data:`SCHEDULERS`): ASHA up to ``stop``'s
+    ``training_iteration``, first cut at ``interval``; PBT perturbing the sampled ``dims``
+    every ``interval`` iterations. Raises :class:`ConfigError` for what it cannot run."""
+    if name not in SCHEDULERS:
+        raise ConfigError(f"--scheduler {name!r} is not one of {list(SCHEDULERS)}.")
+    if name == "fifo":
+        return FIFOScheduler()
+    if name == "asha":
+        max_t = int(stop.get("training_iteration", 0))
+        if not max_t or interval > max_t:
+            raise ConfigError(
+                "--scheduler asha needs --stop training_iteration=N (its longest trial) and "
+                f"--scheduler-interval at most N (its first cut), got {dict(stop)} and {interval}."
+            )
+        return ASHAScheduler(max_t=max_t, grace_period=interval, reduction_factor=ASHA_REDUCTION)
+    grid = [d.field for d in dims if d.kind == "grid_search"]
+    if grid or not dims:
+        raise ConfigError(
+            "--scheduler pbt perturbs sampled fields: give --search with choice, uniform, loguniform or randint"
+            + (f" (not grid_search: {grid})." if grid else ".")
+        )
+    return PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=interval,
+        hyperparam_mutations={d.field: list(d.values) if d.kind == "choice" else d.domain() for d in dims},
+    )
+
+
+def tuner(
+    algorithm: str | Any,
+    fixed: Mapping[str, Any],
+    dims: Sequence[SearchDim],
+    num_samples: int,
+    scheduler: Any,
+    stop: Mapping[str, float],
+    logdir: str,
+    checkpoint_every: int,
+    max_failures: int = 0,
+    callbacks: Sequence[Any] = (),
+) -> tune.Tuner:
+    """A Tuner of ``algorithm`` with ``fixed`` settings over ``dims``, its experiment in
+    ``logdir``, each trial stopped by ``stop`` (jaxflow's stop conditions) and checkpointed
+    every ``checkpoint_every`` iterations and at its end (the newest ``DEFAULT_KEEP`` kept),
+    and restarted from its last checkpoint up to ``max_failures`` times if its process dies."""
+    from ray.tune import CheckpointConfig, FailureConfig, RunConfig
+
+    return tune.Tuner(
+        trainable(algorithm, **fixed),
+        param_space={d.field: d.domain() for d in dims},
+        tune_config=tune.TuneConfig(
+            metric=METRIC, mode="max", num_samples=num_samples, scheduler=scheduler, reuse_actors=True
+        ),
+        run_config=RunConfig(
+            name=os.path.basename(os.path.abspath(logdir)),
+            storage_path=os.path.dirname(os.path.abspath(logdir)),
+            stop=lambda _, result: should_stop(result, stop),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=DEFAULT_KEEP, checkpoint_frequency=checkpoint_every, checkpoint_at_end=True
+            ),
+            failure_config=FailureConfig(max_failures=max_failures),
+            callbacks=list(callbacks),
+            verbose=SILENT,
+        ),
+    )
+
+
+def best_checkpoint(results: Any, logdir: str) -> dict[str, Any] | None:
+    """Writes :data:`~jaxflow.api.retention.BEST_FILE` in ``logdir``: the best trial's last
+    checkpoint (by its last :data:`METRIC`; jaxflow's ``checkpoint_<N>`` inside Tune's folder,
+    what ``Algorithm.restore`` and ``jaxflow evaluate`` take), its score, trial id and searched
+    config; returns what it wrote, or None when no trial reported the metric."""
+    ranked = [r for r in trials(results) if r.checkpoint is not None and _finite(r.metrics.get(METRIC))]
+    if not ranked:
+        return None
+    best = max(ranked, key=lambda r: r.metrics[METRIC])
+    out = {
+        "checkpoint": checkpoint.search(best.checkpoint.path).path,  # jaxflow's, inside Tune's
+        "score": float(best.metrics[METRIC]),
+        "trial": best.metrics.get("trial_id"),
+        "config": best.config,
+    }
+    tmp = os.path.join(logdir, f".{BEST_FILE}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(out, f, indent=1)
+    os.replace(tmp, os.path.join(logdir, BEST_FILE))
+    return out
+
+
+def results_table(results: Any, fields: Sequence[str], stop: Mapping[str, float]) -> str:
+    """One row per trial: its id, searched ``fields``, last and best :data:`METRIC`, iterations
+    and status (``done``: its last result met ``stop``; ``cut``: the scheduler stopped it
+    first; ``error``)."""
+    head = ["trial", *fields, "last return", "best return", "iterations", "status"]
+    rows = [head]
+    for r in sorted(trials(results), key=lambda r: str(r.metrics.get("trial_id"))):
+        history = r.metrics_dataframe
+        returns = [] if history is None or METRIC not in history else [v for v in history[METRIC] if _finite(v)]
+        rows.append(
+            [
+                str(r.metrics.get("trial_id", "?")),
+                *(
+                    f"{r.config.get(f):.4g}" if isinstance(r.config.get(f), float) else str(r.config.get(f))
+                    for f in fields
+                ),
+                f"{returns[-1]:.1f}" if returns else "-",
+                f"{max(returns):.1f}" if returns else "-",
+                str(r.metrics.get("training_iteration", 0)),
+                "error" if r.error is not None else "done" if should_stop(r.metrics, stop) else "cut",
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def trials(results: Any) -> list[Any]:
+    """A ``ResultGrid``'s results, one per trial."""
+    return [results[i] for i in range(len(results))]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
