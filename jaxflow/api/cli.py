@@ -85,12 +85,8 @@ def _describe(config: Any, mode: str) -> str:
     agents = config.device.num_seeds * len(next(iter(config.device.sweep.values()), [None]))
     pbt = config.device.pbt
     trained = f", population-based training of {', '.join(pbt)} every {config.device.pbt_interval} iterations"
-    pbt = config.device.pbt
-    trained = f", population-based training of {', '.join(pbt)} every {config.device.pbt_interval} iterations"
-    return (
-        f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function"
-        + (trained if pbt else "")
-        + (trained if pbt else "")
+    return f"mode device{chosen}: {agents} agent{'s' if agents > 1 else ''} in one compiled function" + (
+        trained if pbt else ""
     )
 
 
