@@ -26,11 +26,12 @@ def _train(args: argparse.Namespace) -> int:
     from jaxflow.api.spaces import env_spaces
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
-    if args.resume:
+    store, resume = _storage(args)
+    if resume:
         from jaxflow.api.restore import plan_restore, run_directory
 
-        plan = plan_restore(args.resume, overrides(args), from_strings=True)  # verified before Ray starts
-        logdir = run_directory(args.resume)  # a checkpoint's folder continues the run it belongs to
+        plan = plan_restore(resume, overrides(args), from_strings=True)  # verified before Ray starts
+        logdir = run_directory(resume)  # a checkpoint's folder continues the run it belongs to
         for _, why in plan.skipped:
             print(f"jaxflow: skipped {why}", flush=True)
         spec, config = plan.spec, plan.config
@@ -51,6 +52,8 @@ def _train(args: argparse.Namespace) -> int:
         logdir = args.logdir or os.path.join(
             "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
+        if store is not None:
+            store.claim(args.overwrite)
         claim_logdir(logdir, args.overwrite)  # a run there is refused (or replaced) before anything starts
         print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
         if mode == "ray":
@@ -66,6 +69,7 @@ def _train(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             loggers=parse_loggers(args.logger),
             keep_checkpoints=args.keep_checkpoints,
+            storage=store,
         )
     finally:
         algo.stop()
@@ -75,6 +79,23 @@ def _train(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _storage(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The run's storage (opened and checked now, before anything starts) and the local path
+    a resume reads: a storage URI's run (or checkpoint) is pulled into --logdir, else into a
+    cache directory, and the resumed run goes on copying itself there."""
+    from jaxflow.api.storage import Storage, cache_dir, is_uri, split_checkpoint
+
+    store = Storage(args.storage) if args.storage else None
+    if not args.resume or not is_uri(args.resume):
+        return store, args.resume
+    run_uri, checkpoint_name = split_checkpoint(args.resume)
+    source = Storage(run_uri)
+    local = args.logdir or cache_dir(run_uri)
+    resume = source.pull(local, checkpoint_name)
+    print(f"jaxflow: pulled {args.resume} into {local}", flush=True)
+    return store or source, resume
 
 
 def _describe(config: Any, mode: str) -> str:

@@ -146,7 +146,17 @@ def _train_run_arguments(t: argparse.ArgumentParser) -> None:
         help="replace the run in --logdir (its progress, config, events and checkpoints); without it, "
         "a logdir that holds a run is refused",
     )
-    t.add_argument("--resume", metavar="LOGDIR", help="continue the run in LOGDIR from its last checkpoint")
+    t.add_argument(
+        "--resume",
+        metavar="LOGDIR",
+        help="continue the run in LOGDIR (or at a storage URI) from its last checkpoint that verifies",
+    )
+    t.add_argument(
+        "--storage",
+        metavar="URI",
+        help="copy the run there after every checkpoint and at the end (s3://bucket/run, or any URI fsspec "
+        "or pyarrow.fs opens); only the driver reaches it; resume with --resume URI",
+    )
     t.add_argument(
         "--checkpoint-every",
         type=int_at_least(0),

@@ -33,11 +33,21 @@ SHOWN_FILES = 3
 """How many of a run's files an error names before "..."."""
 
 
+def is_checkpoint_name(name: str) -> bool:
+    """True for a checkpoint's folder name, ``checkpoint_<iteration>``."""
+    return re.fullmatch(r"checkpoint_\d+", name) is not None
+
+
+def is_run_file(name: str) -> bool:
+    """True for the name of one of jaxflow's own files or folders of a run."""
+    return _RUN_FILE.match(name) is not None
+
+
 def run_files(logdir: str) -> list[str]:
     """The names of jaxflow's own files and folders of a run in ``logdir``, sorted ([] if none)."""
     if not os.path.isdir(logdir):
         return []
-    return sorted(name for name in os.listdir(logdir) if _RUN_FILE.match(name))
+    return sorted(name for name in os.listdir(logdir) if is_run_file(name))
 
 
 def claim_logdir(logdir: str, overwrite: bool = False) -> None:

@@ -12,6 +12,7 @@ from jaxflow.api.algorithm import Algorithm
 from jaxflow.api.logdir import CONFIG, claim_logdir, truncate_progress
 from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
 from jaxflow.api.retention import DEFAULT_KEEP, prune_checkpoints
+from jaxflow.api.storage import Storage
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter, tensorboard_step
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
@@ -79,6 +80,7 @@ def train(
     overwrite: bool = False,
     loggers: Sequence[str] = DEFAULT_LOGGERS,
     keep_checkpoints: int = DEFAULT_KEEP,
+    storage: str | Storage | None = None,
 ) -> dict[str, Any]:
     """Trains until a stop condition holds; logs to ``logdir`` and checkpoints there
     every ``checkpoint_every`` iterations (0: only at the end) and at the end. A result of
@@ -90,7 +92,9 @@ def train(
     after the checkpoint's, so every iteration and step is logged once. ``loggers`` (out of
     :data:`~jaxflow.api.loggers.LOGGERS`) choose where results go besides the console. After
     each save only the newest ``keep_checkpoints`` checkpoints and the best one stay (0: all;
-    see :mod:`~jaxflow.api.retention`).
+    see :mod:`~jaxflow.api.retention`). ``storage`` (a URI or a :class:`~jaxflow.api.storage.Storage`)
+    receives a copy of ``logdir``'s run after every checkpoint and at the end; a new run
+    refuses a storage that holds one unless ``overwrite``.
     """
     if not stop:
         raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
@@ -100,6 +104,11 @@ def train(
         raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
     if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
         raise ConfigError(f"keep_checkpoints must be an int >= 0 (0: all), got {keep_checkpoints!r}.")
+    if storage is not None and not logdir:
+        raise ConfigError("train(storage=...) copies a logdir there: give a logdir too.")
+    store = Storage(storage) if isinstance(storage, str) else storage
+    if store is not None and algo.iteration == 0:
+        store.claim(overwrite)  # before the local logdir is touched: a refused run changes nothing
     writers: list[Any] = _log_writers(algo, logdir, overwrite, loggers) if logdir else []
     if verbose:
         writers.append(ConsoleProgress(stop))
@@ -117,22 +126,26 @@ def train(
                 and checkpoint_every
                 and result["training_iteration"] // checkpoint_every > last_saved // checkpoint_every
             ):
-                _save(algo, logdir, writers, keep_checkpoints)
+                _save(algo, logdir, writers, keep_checkpoints, store)
                 last_saved = result["training_iteration"]
         if logdir:
             _save(algo, logdir, writers, keep_checkpoints)
     finally:
         for w in writers:
             w.close()
+        if store is not None and logdir:
+            store.push(logdir)  # the final checkpoint, and the logs of a run that failed, too
     return result
 
 
-def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int) -> None:
+def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int, store: Storage | None = None) -> None:
     path = algo.save(logdir)
     for w in writers:
         if hasattr(w, "checkpoint"):  # trackers keep checkpoints as artifacts
             w.checkpoint(path)
     prune_checkpoints(logdir, keep)
+    if store is not None:
+        store.push(logdir)
 
 
 def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequence[str]) -> list[Any]:

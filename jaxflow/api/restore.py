@@ -15,6 +15,7 @@ from jaxflow.api.program import resolve_mode
 from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.api.storage import local_copy
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import replace_config
 from jaxflow.config.parsing import from_json_dict, parse_value
@@ -63,7 +64,9 @@ def plan_restore(path: str, overrides: Mapping[str, Any] | None = None, from_str
     """The newest checkpoint at or under ``path`` that verifies and whose state fits its
     config, with ``overrides`` (flat or dotted names; strings parsed per field where
     ``from_strings``) applied. Raises :class:`~jaxflow.api.checkpoint.CheckpointError` (one
-    line) when none fits, or when the overrides would change the state's shapes."""
+    line) when none fits, or when the overrides would change the state's shapes. A storage
+    URI's run (or checkpoint) is first pulled into a local cache (:func:`~jaxflow.api.storage.local_copy`)."""
+    path = local_copy(path)
     templates: dict[str, Template | None] = {}
 
     def fits(ckpt: str, meta: dict[str, Any]) -> None:

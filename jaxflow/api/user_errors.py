@@ -78,8 +78,9 @@ def check_address(address: str) -> None:
 
 
 def check_evaluate(args: argparse.Namespace) -> None:
-    """A ``--checkpoint`` that does not exist is named as such (an existing one is checked as it loads)."""
-    if not os.path.exists(args.checkpoint):
+    """A ``--checkpoint`` that does not exist is named as such (an existing one, or a storage
+    URI, is checked as it loads)."""
+    if "://" not in args.checkpoint and not os.path.exists(args.checkpoint):
         raise ConfigError(
             f"--checkpoint {args.checkpoint!r}: no such file or directory (a checkpoint or a run's logdir)."
         )

@@ -57,6 +57,8 @@ BAD_INPUT = [
     (["train", "--algo", "ppo", "--set", "on_worker_failure=retry"], "must be one of 'raise', 'ignore', 'restart'"),
     (["train", "--algo", "ppo", "--set", "minibatch_size=4096"], "minibatch_size (4096) must be <= train_batch_size"),
     (["train", "--algo", "ppo", "--set", "lr"], "--set takes FIELD=VALUE, got 'lr'"),
+    (["train", "--algo", "ppo", "--storage", "nosuch://b/run"], "storage 'nosuch://b/run' cannot be opened"),
+    (["train", "--resume", "nosuch://b/run"], "storage 'nosuch://b/run' cannot be opened"),
     (["train", "--algo", "ppo", "--set", "=0.1"], "--set takes FIELD=VALUE, got '=0.1'"),
     (["train", "--algo", "ppo", "--set", "lr="], "PPOConfig.lr must be float, got ''"),
     (["train", "--algo", "ppo", "--set", "env_config={oops"], "PPOConfig.env_config must be dict, got '{oops'"),
