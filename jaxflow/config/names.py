@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
 from typing import Any, TypeVar
 
 from jaxflow.config.fields import ConfigError, _hints, field_names, require
@@ -47,6 +48,7 @@ def dotted_names(cls: type) -> list[str]:
     return [f"{g}.{name}" for g, sub in groups(cls).items() for name in field_names(sub)]
 
 
+@functools.cache  # a class's fields never change; PBT and schedules resolve names at every step
 def resolve(cls: type, name: str) -> Path:
     """Where the setting ``name`` (flat or dotted) of config class ``cls`` lives.
 
