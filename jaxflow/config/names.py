@@ -48,13 +48,17 @@ def dotted_names(cls: type) -> list[str]:
     return [f"{g}.{name}" for g, sub in groups(cls).items() for name in field_names(sub)]
 
 
-@functools.cache  # a class's fields never change; PBT and schedules resolve names at every step
 def resolve(cls: type, name: str) -> Path:
     """Where the setting ``name`` (flat or dotted) of config class ``cls`` lives.
 
     A group's own name (``rollout``) resolves to the whole group. An unknown name raises
     :class:`ConfigError` with the closest names and every allowed one.
     """
+    return _resolve(cls, name)
+
+
+@functools.cache  # a class's fields never change; PBT and schedules resolve names at every step
+def _resolve(cls: Any, name: str) -> Path:
     held = groups(cls)
     head, dot, leaf = name.partition(".")
     if dot:
