@@ -4,8 +4,9 @@ Stable-Baselines-Jax (SBX) with the same hyperparameters, measured in the same r
 Runners: ``sbx`` (SBX in its own virtual environment, ``benchmarks/.venvs/sbx``, made on
 first use: torch's local CPU build first, then ``sbx-rl``), ``driver`` (jaxflow, sampling
 in the driver: ``num_workers=0``, one learner), ``workers`` (``--workers`` rollout workers)
-and ``device`` (jaxflow's device mode on ``gymnax/Pendulum-v1``; Pendulum only). Each
-reports env steps/s, gradient steps/s and the training return at equal env steps, medians
+``device`` (jaxflow's device mode on ``gymnax/Pendulum-v1``, one env; Pendulum only) and
+``device-many`` (device mode with ``DEVICE_MANY`` envs and a lower replay ratio, for a longer
+budget: env steps/s at the return SBX reaches). Each reports env steps/s, gradient steps/s and the training return at equal env steps, medians
 over seeds, and ratios against SBX's medians.
 
 Writes ``benchmarks/results/continuous.json``, ``.md`` and ``.png`` (learning curves) and
@@ -55,7 +56,10 @@ class EnvSpec:
     """Default env-step budget of a run."""
     quick_steps: int
     device_env: str | None = None
-    """The same task as a JAX env, for the device runner."""
+    """The same task as a JAX env, for the device runners."""
+    device_many_steps: int = 0
+    """Env-step budget of a ``device-many`` run."""
+    device_many_quick_steps: int = 0
 
     @property
     def window(self) -> int:
@@ -64,10 +68,30 @@ class EnvSpec:
 
 
 ENVS = {
-    "Pendulum-v1": EnvSpec(episode_len=200, steps=20_000, quick_steps=3_000, device_env="gymnax/Pendulum-v1"),
+    "Pendulum-v1": EnvSpec(
+        episode_len=200,
+        steps=20_000,
+        quick_steps=3_000,
+        device_env="gymnax/Pendulum-v1",
+        device_many_steps=200_000,
+        device_many_quick_steps=40_000,
+    ),
     "HalfCheetah-v5": EnvSpec(episode_len=1_000, steps=30_000, quick_steps=3_000),
 }
-RUNNERS = ("sbx", "driver", "workers", "device")
+RUNNERS = ("sbx", "driver", "workers", "device", "device-many")
+DEVICE_RUNNERS = ("device", "device-many")
+
+# device-many: many envs stepped at once, one SGD step of 256 per 8 env steps (SHARED's is one
+# per env step), a longer start and iterations of 10,000 env steps. The replay ratio is lower,
+# so it needs several times SBX's env steps for the same return; it is judged on env steps/s
+# at that return.
+DEVICE_MANY = {
+    "device.num_envs": 64,
+    "rollout_fragment_length": 1,
+    "samples_per_insert": 32.0,
+    "learning_starts": 2_000,
+    "min_env_steps_per_iteration": 10_000,
+}
 
 # The hyperparameters both libraries get, in one place; jaxflow_fields and sbx_kwargs map them
 # to each library's names. One SGD step of 256 per env step, taken as 8 steps every 8 env steps
@@ -115,6 +139,8 @@ def jaxflow_fields(hp: dict[str, Any], algo: str, runner: str, workers: int) -> 
     num_workers = workers if runner == "workers" else 0
     if runner == "device":
         fields.update(mode="device", **{"device.num_envs": 1})
+    elif runner == "device-many":
+        fields.update(mode="device", **DEVICE_MANY)
     else:
         fields.update(mode="ray", num_workers=num_workers)
     if algo == "SAC":
@@ -206,7 +232,7 @@ def run_jaxflow(run: Run, steps: int, workers: int) -> None:
     from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED
 
     spec, hp = ENVS[run.env], hyperparameters(run.env, run.algo)
-    env = spec.device_env if run.runner == "device" else run.env
+    env = spec.device_env if run.runner in DEVICE_RUNNERS else run.env
     fields = jaxflow_fields(hp, run.algo, run.runner, workers)
     t0 = time.perf_counter()
     algo = Algorithm.build(run.algo, env=env, seed=run.seed, metrics_num_episodes=spec.window, **fields)
@@ -413,6 +439,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for env, spec in ENVS.items():
         flag = env.split("-")[0].lower()
         p.add_argument(f"--{flag}-steps", type=int, default=spec.steps, help=f"env-step budget of a {env} run")
+    p.add_argument(
+        "--device-many-steps", type=int, default=None, help="env-step budget of a device-many run (default 200,000)"
+    )
     p.add_argument("--workers", type=int, default=2, help="rollout workers of the 'workers' runner")
     p.add_argument("--sbx-venv", default=SBX_VENV, help="SBX's virtual environment (made if missing)")
     p.add_argument("--note", default="", help="a line kept in the report (e.g. what else ran on the machine)")
@@ -420,8 +449,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smoke run: first seed only, 3,000 env steps per run")
     args = p.parse_args(argv)
     args.steps = {env: getattr(args, f"{env.split('-')[0].lower()}_steps") for env in ENVS}
+    many = {env: args.device_many_steps or spec.device_many_steps for env, spec in ENVS.items()}
     if args.quick:
         args.seeds, args.steps = args.seeds[:1], {env: spec.quick_steps for env, spec in ENVS.items()}
+        many = {env: spec.device_many_quick_steps for env, spec in ENVS.items()}
+    args.budgets = {(env, r): many[env] if r == "device-many" else args.steps[env] for env in ENVS for r in RUNNERS}
+    least_many = (WARM_POINTS + 1) * DEVICE_MANY["min_env_steps_per_iteration"]
+    if "device-many" in args.runners and min(b for b in many.values() if b) < least_many:
+        p.error(f"a device-many budget must be at least {least_many:,} env steps")
     least = (WARM_POINTS + 1) * CURVE_STEP  # one curve point past the warm one, for the steady rates
     if min(args.steps.values()) < least or args.workers < 1:
         p.error(f"each budget must be at least {least:,} env steps and --workers at least 1")
@@ -433,9 +468,9 @@ def one_run(run: Run, args: argparse.Namespace, python: str | None) -> Run:
     try:
         if run.runner == "sbx":
             assert python is not None
-            run_sbx(run, args.steps[run.env], python, args.out_dir)
+            run_sbx(run, args.budgets[run.env, run.runner], python, args.out_dir)
         else:
-            run_jaxflow(run, args.steps[run.env], args.workers)
+            run_jaxflow(run, args.budgets[run.env, run.runner], args.workers)
     except Exception as e:
         traceback.print_exc()
         run.error = f"{type(e).__name__}: {e}"[:500]
@@ -458,7 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         machine = machine_info()
         for env in args.envs:
-            runners = [r for r in args.runners if r != "device" or ENVS[env].device_env]
+            runners = [r for r in args.runners if r not in DEVICE_RUNNERS or ENVS[env].device_env]
             for algo in args.algos:
                 # The runners take turns within each seed, in an order reversed from seed to
                 # seed, so that a drift in the machine's load touches all of them alike.
@@ -471,7 +506,7 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "benchmark": "continuous",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "args": {k: v for k, v in vars(args).items() if k not in ("out_dir", "sbx_venv")},
+        "args": {k: v for k, v in vars(args).items() if k not in ("out_dir", "sbx_venv", "budgets")},
         "machine": machine,
         "load_average_at_end": list(os.getloadavg()),
         "sbx_versions": versions,

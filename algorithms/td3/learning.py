@@ -59,19 +59,36 @@ def smoothed_target_actions(key: Array, mu_t: Array, noise: float, noise_clip: f
 
 
 def loss(
-    params: Any, batch: Mapping[str, Array], rng: Array, target_params: Any, *, policy: Policy, config: TD3Config
+    params: Any,
+    batch: Mapping[str, Array],
+    rng: Array,
+    target_params: Any,
+    *,
+    policy: Policy,
+    config: TD3Config,
+    step: Array | None = None,
 ) -> tuple[Array, dict[str, Array]]:
     """Critic loss to ``y = r + discount * min_i Q_i'(s', a~')`` (the minimum over one critic
     for DDPG) plus the actor loss ``-Q_1(s, mu(s))``; the critics take no gradient from the
-    actor loss. How often the actor steps is the optimizer's business (:func:`optimizer`)."""
+    actor loss. How often the actor steps is the optimizer's business (:func:`optimizer`);
+    given the SGD ``step``, the actor's gradient is computed only on the steps that apply it
+    (a ``lax.cond``; in between the actor loss is evaluated without one, for its metric)."""
     mu_t = jnp.tanh(actor_inputs(policy, target_params, batch["next_obs"]))
     a_t = smoothed_target_actions(rng, mu_t, config.target_noise, config.target_noise_clip)
     q_t = critic_values(policy, target_params, batch["next_obs"], a_t)
     y = jax.lax.stop_gradient(batch["rewards"] + batch["discounts"] * q_t.min(axis=0))
     q_tm1 = critic_values(policy, params, batch["obs"], batch["actions"])
     q_loss, td = critic_loss(q_tm1, y, batch["weights"])
-    mu = jnp.tanh(actor_inputs(policy, params, batch["obs"]))
-    pi_loss = -jnp.mean(critic_values(policy, jax.lax.stop_gradient(params), batch["obs"], mu)[0])
+
+    def pi_loss_of(actor_params: Any) -> Array:
+        mu = jnp.tanh(actor_inputs(policy, actor_params, batch["obs"]))
+        return -jnp.mean(critic_values(policy, jax.lax.stop_gradient(params), batch["obs"], mu)[0])
+
+    if step is None:
+        pi_loss = pi_loss_of(params)
+    else:
+        no_gradient = lambda p: pi_loss_of(jax.lax.stop_gradient(p))  # noqa: E731
+        pi_loss = jax.lax.cond(step % config.policy_delay == 0, pi_loss_of, no_gradient, params)
     return q_loss + pi_loss, {"td_error": td, "critic_loss": q_loss, "actor_loss": pi_loss, "mean_q": jnp.mean(q_tm1)}
 
 

@@ -37,6 +37,7 @@ from jaxflow.learn.sgd import (
     sgd_update,
     shuffle_minibatches,
     summarize_metrics,
+    target_fraction,
 )
 from jaxflow.learn.thread import LearnerThread
 from jaxflow.rollout.batch import train_arrays
@@ -55,6 +56,21 @@ def check_nonfinite(fraction: float, on_nonfinite: str, where: str) -> None:
             f"update ending at {where}; those steps left the parameters unchanged and the run stops "
             "(on_nonfinite='skip' skips such steps and goes on)."
         )
+
+
+def update_and_move_target(
+    loss_fn: AnyLoss,
+    optimizer: optax.GradientTransformation,
+    num_epochs: int,
+    minibatch_size: int | None,
+    state: TrainState,
+    batch: Mapping[str, jax.Array],
+    fraction: jax.Array,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """:func:`~jaxflow.learn.sgd.sgd_update`, then :func:`~jaxflow.learn.sgd.move_target` by
+    ``fraction``: one compiled call where a target update falls due with the update."""
+    state, metrics = sgd_update(loss_fn, optimizer, num_epochs, minibatch_size, state, batch)
+    return move_target(state, fraction), metrics
 
 
 class Learner:
@@ -106,6 +122,15 @@ class Learner:
             functools.partial(apply_gradients, optimizer), donate_argnums=0, out_shardings=self._replicated
         )
         self._move_target = jax.jit(move_target, donate_argnums=0, out_shardings=self._replicated)
+        self._update_and_move = jax.jit(
+            functools.partial(update_and_move_target, loss_fn, optimizer, num_epochs, minibatch_size),
+            donate_argnums=0,
+            out_shardings=(self._replicated, self._replicated),
+        )
+        self._target_rule: tuple[int, float] | None = None
+        self._target_moved_at = 0
+        self.target_updates = 0
+        """Target updates made by :meth:`follow_target`'s rule so far."""
         self.thread: LearnerThread | None = None
 
     @property
@@ -139,18 +164,24 @@ class Learner:
         outside one (jax-ml/jax#12868); a step costs far more than its dispatch there."""
         return self._loop
 
-    def _run(self, state: TrainState, device_batch: dict[str, jax.Array]) -> tuple[TrainState, dict[str, Any]]:
+    def _run(
+        self, state: TrainState, device_batch: dict[str, jax.Array], fraction: float | None = None
+    ) -> tuple[TrainState, dict[str, Any]]:
         n = len(next(iter(device_batch.values())))
         mb = _check_minibatch(n, self._minibatch_size)
         if self._loop is None:
             self._loop = "host" if self._convolutional_on_cpu(state, device_batch, mb) else "scan"
         if self._loop == "scan":
-            return self._update(state, device_batch)
+            if fraction is None:
+                return self._update(state, device_batch)
+            return self._update_and_move(state, device_batch, np.float32(fraction))
         rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb)
         state, steps = state._replace(rng=rng), []
         for row in np.asarray(idx):
             state, metrics = self._step(device_batch, state, row)
             steps.append(metrics)
+        if fraction is not None:
+            state = self._move_target(state, np.float32(fraction))
         # Stacked on the device: nothing here waits for the steps to finish.
         return state, summarize_metrics(jax.tree_util.tree_map(lambda *m: jnp.stack(m), *steps), self._num_epochs)
 
@@ -165,14 +196,37 @@ class Learner:
         metrics as floats and per-sample metrics as numpy arrays."""
         device_batch = self.put_batch(batch)
         n = len(next(iter(device_batch.values())))
+        steps = self._num_epochs * (n // (self._minibatch_size or n))
         with self._lock:
-            self.state, metrics = self._run(self.state, device_batch)
-            self._version += self._num_epochs * (n // (self._minibatch_size or n))
+            fraction = self._target_fraction_due(steps)
+            self.state, metrics = self._run(self.state, device_batch, fraction)
+            self._version += steps
         out = {k: float(v) if v.ndim == 0 else np.asarray(v) for k, v in jax.device_get(metrics).items()}
         check_nonfinite(
             float(out.get("nonfinite_step_fraction", 0.0)), self.on_nonfinite, f"optimizer step {self._version}"
         )
         return out
+
+    def follow_target(self, target_update_period: int, tau: float = 1.0) -> None:
+        """From now on, every update after which ``target_update_period`` optimizer steps or
+        more have passed since the last target update also moves the target network, in the
+        same compiled call: by ``1 - (1 - tau)^k`` after ``k`` steps
+        (:func:`~jaxflow.learn.sgd.target_fraction`; ``tau = 1`` copies). What
+        :class:`~jaxflow.ops.UpdateTargetNetwork` asks for."""
+        if self.state.target_params is None:
+            raise ValueError("This learner has no target network (build it with target_network=True).")
+        with self._lock:
+            self._target_rule, self._target_moved_at = (target_update_period, tau), self._version
+
+    def _target_fraction_due(self, steps: int) -> float | None:
+        if self._target_rule is None:
+            return None
+        period, tau = self._target_rule
+        since = self._version + steps - self._target_moved_at
+        if since < period:
+            return None
+        self._target_moved_at, self.target_updates = self._version + steps, self.target_updates + 1
+        return target_fraction(tau, since)
 
     def update_target(self, fraction: float = 1.0) -> None:
         """Moves the target network toward the parameters by ``fraction`` (1: copies them)."""
@@ -206,7 +260,7 @@ class Learner:
     def set_state(self, state: TrainState) -> None:
         with self._lock:
             self.state = jax.device_put(state, self._replicated, may_alias=False)
-            self._version = int(jax.device_get(state.step))
+            self._version = self._target_moved_at = int(jax.device_get(state.step))
 
     def start_thread(
         self,

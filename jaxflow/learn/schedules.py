@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -61,9 +62,11 @@ def learner_optimizer(
 
 @dataclasses.dataclass(frozen=True, eq=False)  # configs hold dicts: hashed by identity
 class ScheduledLoss:
-    """``loss(params, batch, rng[, target], policy=, config=)`` whose config holds each
-    scheduled loss field's value at the optimizer step: :func:`~jaxflow.learn.sgd.sgd_step`
-    calls :meth:`at` with the train state's step. Its metrics gain the values used."""
+    """``loss(params, batch, rng[, target], policy=, config=[, step=])`` whose config holds
+    each scheduled loss field's value at the optimizer step (:func:`~jaxflow.learn.sgd.sgd_step`
+    calls :meth:`at` with the train state's step), and which gets that step itself where it
+    takes a ``step`` keyword (TD3's loss, skipping the actor's gradient between its steps).
+    Its metrics gain the scheduled values used."""
 
     loss: Callable[..., Any]
     policy: Any
@@ -72,18 +75,24 @@ class ScheduledLoss:
     def at(self, step: Array) -> Callable[..., Any]:
         values = {f: piecewise_linear(p)(step) for f, p in self.config.schedules.items()}
         config = with_values(self.config, {f: v for f, v in values.items() if _leaf(f) not in OPTIMIZER_FIELDS})
+        extra = {"step": step} if takes_step(self.loss) else {}
 
         def loss_fn(*args: Any) -> tuple[Array, Mapping[str, Array]]:
-            loss, metrics = self.loss(*args, policy=self.policy, config=config)
+            loss, metrics = self.loss(*args, policy=self.policy, config=config, **extra)
             return loss, dict(metrics, **{_leaf(f): v for f, v in values.items()})
 
         return loss_fn
 
 
+def takes_step(loss: Callable[..., Any]) -> bool:
+    """Whether ``loss`` has a ``step`` parameter (the SGD step it is evaluated at)."""
+    return "step" in inspect.signature(loss).parameters
+
+
 def bind_loss(loss: Callable[..., Any], policy: Any, config: Any) -> AnyLoss:
     """The learner's ``loss_fn(params, batch, rng[, target])``: ``loss`` with its policy and
-    config, a :class:`ScheduledLoss` when the config has schedules."""
-    if config.schedules:
+    config, a :class:`ScheduledLoss` when the config has schedules or the loss takes the step."""
+    if config.schedules or takes_step(loss):
         return ScheduledLoss(loss, policy, config)
     return functools.partial(loss, policy=policy, config=config)
 

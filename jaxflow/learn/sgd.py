@@ -61,6 +61,13 @@ def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformat
     return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
 
 
+def optimizer_update(optimizer: optax.GradientTransformation, grads: Any, state: TrainState) -> tuple[Any, Any]:
+    """``optimizer.update`` with the train state's ``step`` as an extra argument: the
+    transformations that take it (:func:`~jaxflow.learn.optimizers.every_k_steps`) see the
+    SGD step, the others drop it (:func:`optax.with_extra_args_support`)."""
+    return optax.with_extra_args_support(optimizer).update(grads, state.opt_state, state.params, step=state.step)
+
+
 def sgd_step(
     loss_fn: AnyLoss, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
 ) -> tuple[TrainState, Any]:
@@ -71,7 +78,7 @@ def sgd_step(
     target = () if state.target_params is None else (state.target_params,)
     fn = loss_fn.at(state.step) if isinstance(loss_fn, StepLoss) else loss_fn
     (loss, metrics), grads = jax.value_and_grad(fn, has_aux=True)(state.params, batch, key, *target)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    updates, opt_state = optimizer_update(optimizer, grads, state)
     params = optax.apply_updates(state.params, updates)
     grad_norm = optax.global_norm(grads)
     # A NaN or inf anywhere in the gradient makes its norm non-finite: one check for the tree.
@@ -151,7 +158,7 @@ def sgd_update(
 
 def apply_gradients(optimizer: optax.GradientTransformation, state: TrainState, grads: Any) -> TrainState:
     """One optimizer step with gradients computed elsewhere (A3C's workers)."""
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    updates, opt_state = optimizer_update(optimizer, grads, state)
     return state._replace(params=optax.apply_updates(state.params, updates), opt_state=opt_state, step=state.step + 1)
 
 

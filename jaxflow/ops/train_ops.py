@@ -10,7 +10,6 @@ from typing import Any
 from jaxflow.config.constants import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS
 from jaxflow.dataflow.iterators import Operator
 from jaxflow.learn.learner import Learner
-from jaxflow.learn.sgd import target_fraction
 from jaxflow.ops.metrics import Context
 from jaxflow.ops.rollout_ops import RecordSampled
 from jaxflow.rollout.batch import Batch, GradientsResult, SampleBatch
@@ -111,7 +110,9 @@ class UpdateTargetNetwork(Operator):
     """Updates the learner's target network every ``target_update_period`` optimizer steps;
     passes items through. With ``tau = 1`` the parameters are copied (Mnih et al., 2015);
     with a smaller ``tau`` the target moves by ``1 - (1 - tau)^k`` toward them after ``k``
-    steps, Polyak averaging applied once per update rather than per step.
+    steps, Polyak averaging applied once per update rather than per step. The learner moves
+    it inside the update it falls due in (:meth:`~jaxflow.learn.Learner.follow_target`, one
+    compiled call); this operator counts ``num_target_updates``.
 
     Example:
         >>> trained.for_each(UpdateTargetNetwork(learner, target_update_period=500))  # doctest: +SKIP
@@ -119,15 +120,14 @@ class UpdateTargetNetwork(Operator):
     """
 
     def __init__(self, learner: Learner, target_update_period: int, tau: float = 1.0):
-        self.learner, self.target_update_period, self.tau = learner, target_update_period, tau
-        self._last = learner.version
+        self.learner = learner
+        learner.follow_target(target_update_period, tau)
+        self._counted = learner.target_updates
 
     def __call__(self, item: Any, ctx: Context) -> Any:
-        steps = self.learner.version - self._last
-        if steps >= self.target_update_period:
-            self.learner.update_target(target_fraction(self.tau, steps))
-            self._last = self.learner.version
-            ctx.counters[NUM_TARGET_UPDATES] += 1
+        done = self.learner.target_updates
+        ctx.counters[NUM_TARGET_UPDATES] += done - self._counted
+        self._counted = done
         return item
 
 

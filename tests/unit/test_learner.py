@@ -302,3 +302,27 @@ def test_dense_losses_keep_the_scanned_update():
     learner = Learner(mse_loss, optax.sgd(0.1), params, num_epochs=2, minibatch_size=4)
     learner.update(batch)
     assert learner.loop == "scan"
+
+
+def test_a_followed_target_moves_inside_the_update_it_falls_due_in():
+    # follow_target(period, tau) moves the target in the update's compiled call, by
+    # 1 - (1 - tau)^k after k steps; the reference updates, then moves the target apart.
+    def target_loss(params, batch, rng, target):
+        return mse_loss(params, batch, rng)
+
+    params, batch = regression_problem(n=8)
+    folded, apart = (
+        Learner(target_loss, optax.adam(0.1), params, minibatch_size=2, target_network=True) for _ in range(2)
+    )
+    folded.follow_target(target_update_period=10, tau=0.1)
+    moves = []
+    for _ in range(4):  # 4 steps per update: due after the 3rd (12 steps) and not after the 4th (4 more)
+        folded.update(batch)
+        apart.update(batch)
+        moves.append(folded.target_updates)
+        if apart.version == 12:
+            apart.update_target(1 - 0.9**12)
+    assert moves == [0, 0, 1, 1]
+    jax.tree.map(np.testing.assert_allclose, folded.get_state().target_params, apart.get_state().target_params)
+    jax.tree.map(np.testing.assert_allclose, folded.get_state().params, apart.get_state().params)
+    assert not np.allclose(folded.get_state().target_params["w"], params["w"])  # it moved

@@ -4,15 +4,18 @@ TD3 with its additions off."""
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from jaxflow import make_config
 from jaxflow.algorithms.td3 import DDPGConfig, TD3Config, explore, loss, optimizer, policy, smoothed_target_actions
-from jaxflow.learn import TrainState, sgd_step
+from jaxflow.learn import TrainState, bind_loss, make_optimizer, sgd_step, sgd_update
 
 OBS, ACT = gymnasium.spaces.Box(-1.0, 1.0, (3,)), gymnasium.spaces.Box(-2.0, 2.0, (2,))
 
@@ -71,3 +74,43 @@ def test_ddpg_is_td3_with_one_critic_no_smoothing_and_no_delay():
     assert (config.twin_q, config.target_noise, config.policy_delay) == (False, 0.0, 1)
     params = policy(config, OBS, ACT).init(jax.random.PRNGKey(0))
     assert params["params"]["q"]["Dense_0"]["kernel"].shape[0] == 1  # one critic
+
+
+def test_skipping_the_actors_gradient_between_its_steps_equals_delayed_adam_on_full_gradients():
+    # The learner's path (bind_loss hands TD3's loss the step, sgd_update scans the steps)
+    # against a hand-rolled reference: full gradients every step, the critics' Adam every
+    # step, the actor's Adam only on steps 0, k, 2k, ...
+    config = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(16,), policy_delay=3)
+    pol = policy(config, OBS, ACT)
+    params = pol.init(jax.random.PRNGKey(0))
+    rng = np.random.default_rng(0)
+    n, steps = 8, 7
+    batch = {
+        "obs": jnp.asarray(rng.normal(size=(n * steps, 3)), jnp.float32),
+        "next_obs": jnp.asarray(rng.normal(size=(n * steps, 3)), jnp.float32),
+        "actions": jnp.asarray(rng.uniform(-1, 1, (n * steps, 2)), jnp.float32),
+        "rewards": jnp.asarray(rng.normal(size=n * steps), jnp.float32),
+        "discounts": jnp.full(n * steps, 0.99, jnp.float32),
+        "weights": jnp.ones(n * steps, jnp.float32),
+    }
+    opt = optimizer(config)(1e-3, 1e6)
+    state = TrainState.create(params, opt, jax.random.PRNGKey(1), target_network=True)
+    fast, _ = jax.jit(lambda s, b: sgd_update(bind_loss(loss, pol, config), opt, 1, n, s, b))(state, batch)
+
+    adam = make_optimizer(1e-3, 1e6)
+    is_actor = jax.tree_util.tree_map_with_path(lambda path, _: "actor_torso" in str(path), params)
+    grad = jax.jit(jax.grad(functools.partial(loss, policy=pol, config=config), has_aux=True))
+    p, opt_actor, opt_critics = params, adam.init(params), adam.init(params)
+    for i in range(steps):
+        b = {k: v[i * n : (i + 1) * n] for k, v in batch.items()}
+        key = jax.random.fold_in(fast.rng, i)  # sgd_update's key for step i
+        grads, _ = grad(p, b, key, state.target_params)
+        critic_grads = jax.tree.map(lambda g, a: jnp.where(a, 0.0, g), grads, is_actor)
+        updates, opt_critics = adam.update(critic_grads, opt_critics, p)
+        if i % config.policy_delay == 0:
+            actor_grads = jax.tree.map(lambda g, a: jnp.where(a, g, 0.0), grads, is_actor)
+            actor_updates, opt_actor = adam.update(actor_grads, opt_actor, p)
+            updates = jax.tree.map(lambda u, v, a: jnp.where(a, v, u), updates, actor_updates, is_actor)
+        p = optax.apply_updates(p, updates)
+    assert int(fast.step) == steps
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), fast.params, p)
