@@ -31,7 +31,7 @@ class JaxProcess:
 
     Example:
         >>> procs, _ = start_jax_processes(2, dict(num_cpus=1))  # doctest: +SKIP
-        >>> host(procs, lambda: MyLearner())                   # doctest: +SKIP
+        >>> host(procs, lambda i: MyLearner())                 # doctest: +SKIP
         >>> ray.get([p.call.remote("update", rows) for p, rows in zip(procs, parts)])  # doctest: +SKIP
     """
 
@@ -54,9 +54,9 @@ class JaxProcess:
         jax.distributed.initialize(coordinator_address=coordinator, num_processes=num_processes, process_id=process_id)
         return jax.process_index(), jax.local_device_count()
 
-    def build(self, factory: bytes) -> None:
-        """Builds the hosted object: ``factory`` is a cloudpickled callable of no arguments."""
-        self.obj = ray.cloudpickle.loads(factory)()
+    def build(self, factory: bytes, process_id: int) -> None:
+        """Builds the hosted object: ``factory`` is a cloudpickled ``factory(process_id)``."""
+        self.obj = ray.cloudpickle.loads(factory)(process_id)
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The hosted object's ``method`` (top-level ``ObjectRef`` arguments arrive resolved:
@@ -82,8 +82,8 @@ def start_jax_processes(count: int, options: dict[str, Any]) -> tuple[list[Any],
     return procs, [devices for _, devices in joined]
 
 
-def host(procs: Sequence[Any], factory: Callable[[], Any]) -> None:
-    """Builds ``factory()`` in every process (each its own object, all built at once: a
+def host(procs: Sequence[Any], factory: Callable[[int], Any]) -> None:
+    """Builds ``factory(i)`` in process ``i`` (each its own object, all built at once: a
     constructor that places arrays on the global mesh meets the others there)."""
-    payload = ray.cloudpickle.dumps(factory)
-    ray.get([p.build.remote(payload) for p in procs])
+    payload = ray.put(ray.cloudpickle.dumps(factory))
+    ray.get([p.build.remote(payload, i) for i, p in enumerate(procs)])

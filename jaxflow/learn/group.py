@@ -33,7 +33,8 @@ class GroupMember:
     """What each learner process hosts: a ``Learner`` over the global mesh, answering an
     update with its metrics and the version it reached."""
 
-    def __init__(self, make_learner: Callable[..., Learner]):
+    def __init__(self, make_learner: Callable[..., Learner], process_id: int):
+        del process_id  # every member is alike
         self.learner = make_learner(devices=jax.devices())
 
     def update(self, batch: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], int]:
