@@ -10,9 +10,11 @@ import pytest
 
 from jaxflow import Algorithm
 from jaxflow.api.loop import train
+from jaxflow.api.program import resolve_mode
 from jaxflow.api.ray_program import learner_factory
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config import make_config
+from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.placement import Placement
 from jaxflow.learn.group import LearnerGroup
 
@@ -82,3 +84,13 @@ def test_ppo_with_two_learners_learns_cartpole_checkpoints_and_restores(ray_loca
         assert restored.program.learner.version == version + 32  # 8 epochs x 4 minibatches of 1024 samples
     finally:
         restored.stop()
+
+
+def test_num_learners_is_refused_where_it_cannot_run():
+    with pytest.raises(ConfigError, match=r"DQNConfig.num_learners=2: this algorithm trains with one learner"):
+        make_config(get_algorithm("DQN").config_cls, num_learners=2)
+    with pytest.raises(ConfigError, match="num_learners"):
+        make_config(get_algorithm("PPO").config_cls, num_learners=0)
+    ppo = make_config(get_algorithm("PPO").config_cls, env="gymnax/CartPole-v1", num_learners=2)
+    with pytest.raises(ConfigError, match=r"num_learners > 1 is for Ray mode"):
+        resolve_mode(ppo, get_algorithm("PPO"))
