@@ -41,6 +41,7 @@ class A2CConfig(CommonConfig):
     """A2C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
     on_policy = True
+    learner_group = True
     loss_fields = ("vf_coef", "ent_coef")
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=16))

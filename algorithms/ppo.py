@@ -45,6 +45,7 @@ class PPOConfig(CommonConfig):
     """PPO settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
     on_policy = True
+    learner_group = True
     loss_fields = ("clip_eps", "vf_clip", "vf_coef", "ent_coef")
 
     rollout: RolloutConfig = param(

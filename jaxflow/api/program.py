@@ -112,4 +112,6 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
             f"{name}.num_seeds > 1, {name}.sweep and {name}.pbt need device mode (a gymnax/<id> or brax/<name> env and one of "
             f"{', '.join(device_algorithms())}); this run is in Ray mode."
         )
+    if mode == "device" and config.num_learners > 1:
+        raise ConfigError(f"{name}.num_learners > 1 is for Ray mode; device mode trains on one process's devices.")
     return mode

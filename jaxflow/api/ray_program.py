@@ -4,8 +4,10 @@ replay shards, for replay algorithms)."""
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gymnasium
@@ -19,7 +21,8 @@ from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.actors import jax_actor, ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
-from jaxflow.dataflow.placement import beside_driver
+from jaxflow.dataflow.placement import Placement, beside_driver
+from jaxflow.learn.group import LearnerGroup
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
@@ -53,7 +56,13 @@ class RayProgram:
         self.config, self.spec = config, spec
         if spec.plan is None:
             raise ConfigError(f"{spec.name} has no plan: it runs as its own program.")
-        self.policy, self.learner = build_learner(config, spec)
+        self.policy, make_learner = learner_factory(config, spec)
+        self.learner: Learner | LearnerGroup
+        if config.num_learners == 1:
+            self.learner = make_learner()
+        else:  # the learner processes start (and compile) while the rest starts here
+            init_ray()
+            self.learner = LearnerGroup(make_learner, config.num_learners, learner_placement(config))
         ship_by_value(self.policy.network)  # a user's own model, from a module the workers may not import
         worker_spec = WorkerSpec(
             config,
@@ -147,7 +156,7 @@ class RayProgram:
             ray.kill(self._evaluator)
 
 
-def stop_run(results: LocalIterator[Any], learners: list[Learner], workers: WorkerSet, replay: Any) -> None:
+def stop_run(results: LocalIterator[Any], learners: list[Any], workers: WorkerSet, replay: Any) -> None:
     """Stops a run on Ray workers, in an order that lets nothing wait on what is gone: the
     plan's threads are told to stop, then the learner threads, the workers and the replay
     actors; last, the plan's threads are waited for (up to ``THREAD_JOIN_TIMEOUT_S``)."""
@@ -170,13 +179,26 @@ def build_learner(
     """The policy and a freshly initialised learner for ``config`` (no Ray needed), for the
     spaces of ``config.env`` or the given ``(observation, action)`` spaces; ``policy``
     replaces the algorithm's own (e.g. the same one with another convolution)."""
+    policy, make_learner = learner_factory(config, spec, spaces, policy)
+    return policy, make_learner()
+
+
+def learner_factory(
+    config: Any,
+    spec: AlgorithmSpec,
+    spaces: tuple[gymnasium.Space, gymnasium.Space] | None = None,
+    policy: Policy | None = None,
+) -> tuple[Policy, Callable[..., Learner]]:
+    """:func:`build_learner`'s policy, and its learner still to be made: a picklable
+    ``make_learner(devices=None)``, which a learner group calls in each of its processes."""
     if spec.loss is None:
         raise ConfigError(f"{spec.name} has no loss: it runs as its own program, not with a learner.")
     obs_space, action_space = spaces or env_spaces(config, spec)
     policy = policy or spec.policy(config, obs_space, action_space)
-    params = policy.init(jax.random.PRNGKey(config.seed))
+    params = jax.device_get(policy.init(jax.random.PRNGKey(config.seed)))
     num_epochs, minibatch_size = spec.learner.sgd(config)
-    learner = Learner(
+    return policy, functools.partial(
+        Learner,
         bind_loss(spec.loss, policy, config),
         learner_optimizer(spec.learner.optimizer(config), config),
         params,
@@ -186,7 +208,12 @@ def build_learner(
         target_network=spec.learner.target_network,
         on_nonfinite=config.optimizer.on_nonfinite,
     )
-    return policy, learner
+
+
+def learner_placement(config: Any) -> Placement:
+    """Where a learner group's processes go: ``num_cpus_per_learner`` each, by the rollout
+    workers' ``placement_strategy``."""
+    return Placement(num_cpus=config.num_cpus_per_learner, strategy=config.rollout.placement_strategy)
 
 
 def init_ray(address: str | None = None) -> None:

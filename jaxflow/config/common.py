@@ -21,6 +21,8 @@ class CommonConfig(StrictKeywords):
     """
 
     on_policy = False  # not a field: on-policy algorithms set it, and cannot sample ahead
+    learner_group: ClassVar[bool] = False
+    """Whether the algorithm's plan runs with a learner group (``num_learners > 1``)."""
     loss_fields: ClassVar[tuple[str, ...]] = ()
     """Float fields that only the learner's loss reads: what ``schedules`` may name besides
     the optimizer's ``lr`` and ``max_grad_norm`` (a field also read on the rollout workers,
@@ -64,6 +66,12 @@ class CommonConfig(StrictKeywords):
     """Device mode: environments, iterations per compiled call, and the agents trained together."""
     optimizer: OptimizerConfig = param(None, factory=OptimizerConfig)
     """The learner's Adam optimizer: learning rate and gradient clipping."""
+    num_learners: int = param(1, POSITIVE)
+    """Ray mode: learner processes (Ray actors forming one JAX multi-process runtime, each
+    training on its share of every batch; see :mod:`jaxflow.learn.group`); 1 is the learner
+    in the driver. Only algorithms whose config sets ``learner_group`` take more than 1."""
+    num_cpus_per_learner: float = param(1.0, NON_NEGATIVE)
+    """CPUs Ray reserves for each learner process (with ``num_learners > 1``)."""
     schedules: dict = param(None, factory=dict)
     """Float fields that follow a piecewise-linear schedule over optimizer steps, e.g.
     ``{"lr": [[0, 3e-4], [100000, 0.0]], "ent_coef": [[0, 0.01], [50000, 0.0]]}``
@@ -78,6 +86,11 @@ class CommonConfig(StrictKeywords):
         require(
             self.rollout.vector_env != "ale" or self.env.startswith("ALE/"),
             f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.",
+        )
+        require(
+            self.num_learners == 1 or self.learner_group,
+            f"{type(self).__name__}.num_learners={self.num_learners}: this algorithm trains with one learner; "
+            "num_learners > 1 is for PPO and A2C.",
         )
         require(
             not (self.rollout.sample_async and self.on_policy),

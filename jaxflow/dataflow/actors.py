@@ -180,7 +180,7 @@ def from_actors(
     )
 
 
-def jax_actor(cls: type, num_gpus: float = 0.0, **options: Any) -> Any:
+def jax_actor(cls: type, num_gpus: float = 0.0, env_vars: dict[str, str] | None = None, **options: Any) -> Any:
     """``ray.remote(cls)`` with ``options``, for an actor that computes with JAX: on the CPU,
     or with ``num_gpus > 0`` on the (share of a) GPU Ray assigns it.
 
@@ -190,12 +190,14 @@ def jax_actor(cls: type, num_gpus: float = 0.0, **options: Any) -> Any:
     otherwise claims the GPU in every actor, or fails there ("no supported devices found for
     platform CUDA"). A GPU actor allocates GPU memory as it needs it rather than JAX's
     default 75% of the GPU, since actors share a GPU with each other and with the learner.
+    ``env_vars`` are set in its process too.
 
     Example:
         >>> worker = jax_actor(RolloutWorker, num_cpus=1).remote(spec, 0)  # doctest: +SKIP
     """
-    env_vars = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if num_gpus > 0 else {"JAX_PLATFORMS": "cpu"}
-    return ray.remote(cls).options(runtime_env={"env_vars": env_vars}, num_gpus=num_gpus, **options)
+    platform = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if num_gpus > 0 else {"JAX_PLATFORMS": "cpu"}
+    runtime_env = {"env_vars": {**platform, **(env_vars or {})}}
+    return ray.remote(cls).options(runtime_env=runtime_env, num_gpus=num_gpus, **options)
 
 
 def ship_by_value(obj: Any) -> None:

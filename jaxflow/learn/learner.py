@@ -146,13 +146,18 @@ class Learner:
         return self._version
 
     def put_batch(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """Places a flat host batch on the devices, sharded along its leading axis."""
+        """Places a flat host batch on the devices, sharded along its leading axis. On a mesh
+        of several processes' devices (a :class:`~jaxflow.learn.group.LearnerGroup`'s) the
+        batch is this process's rows, and the global batch their concatenation in process order."""
         n = len(next(iter(batch.values())))
-        if n % self.num_devices:
+        local = [d for d in self.devices if d.process_index == jax.process_index()]
+        if n % len(local):
             raise ValueError(
-                f"A batch of {n} samples cannot be split evenly over {self.num_devices} devices; "
+                f"A batch of {n} samples cannot be split evenly over {len(local)} devices; "
                 "choose batch sizes divisible by the device count."
             )
+        if self.mesh.is_multi_process:
+            return {k: jax.make_array_from_process_local_data(self._sharded, np.asarray(v)) for k, v in batch.items()}
         return jax.device_put(dict(batch), self._sharded)
 
     @property
