@@ -3,6 +3,8 @@ of what device mode trains on, and the refusals of what is not supported yet."""
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium
 import jax
 import jax.numpy as jnp
@@ -85,27 +87,36 @@ def test_sequence_loss_with_a_reset_inside_equals_the_step_by_step_hand_computat
     assert abs(hand_loss(params, no_reset)["value_loss"] - want["value_loss"]) > 1e-4
 
 
-def test_device_mode_trains_on_whole_sequences():
-    """The train batch's leading axis is the env (sequence), and a minibatch holds
-    minibatch_size // rollout_fragment_length of them."""
+def test_device_mode_trains_on_whole_sequences_whose_stored_state_reproduces_the_actions():
+    """The train batch's leading axis is the env (sequence), a minibatch holds
+    minibatch_size // rollout_fragment_length of them, and unrolling the policy over each
+    sequence from its stored start state, reset where episodes start, gives the sampled
+    log-probabilities and values again (three fragments: the state crosses fragments)."""
     from jaxflow import Algorithm
+    from jaxflow.ondevice.rollout import rollout
+    from jaxflow.policies.sequences import policy_outputs
 
+    steps = 64
     algo = Algorithm.build(
-        "PPO",
-        env="jaxflow/StatelessCartPole-v1",
-        use_lstm=True,
-        lstm_size=8,
-        num_envs=4,
-        rollout_fragment_length=8,
-        minibatch_size=16,
-        iterations_per_call=1,
-    )
+        "PPO", env="jaxflow/StatelessCartPole-v1", use_lstm=True, lstm_size=8, num_envs=4,
+        rollout_fragment_length=steps, minibatch_size=128, iterations_per_call=1,
+    )  # fmt: skip
     program = algo.program
-    state = jax.tree.map(lambda x: x[0], program.state)
-    batch = jax.eval_shape(program._learner_batch, state.train.params, state.envs, state.key)
-    assert batch["obs"].shape == (4, 8, OBS) and batch["episode_starts"].shape == (4, 8)
-    assert [s.shape for s in batch["policy_state"]] == [(4, 8), (4, 8)]
     assert ppo.sgd_settings(algo.config) == (algo.config.num_epochs, 2)
+    state = jax.tree.map(lambda x: x[0], program.state)
+    params, carry, resets = state.train.params, state.envs, 0
+    act = jax.jit(functools.partial(rollout, program.env, program.env_params, program.policy, None, program.config),
+                  static_argnums=4)  # fmt: skip
+    for i in range(3):
+        carry, traj, _ = act(params, carry, jax.random.PRNGKey(i), jnp.float32(0), steps)
+        batch = ppo.device_batch(program.spec.postprocess(traj, algo.config), algo.config)
+        assert batch["obs"].shape == (4, steps, OBS) and [s.shape for s in batch["policy_state"]] == [(4, 8)] * 2
+        inputs, values, flat = policy_outputs(program.policy, params, batch)
+        logp = program.policy.distribution.log_prob(inputs, flat["actions"])
+        np.testing.assert_allclose(logp, flat["logp"], atol=1e-5)
+        np.testing.assert_allclose(values, flat["values"], atol=1e-5)
+        resets += int(batch["episode_starts"][:, 1:].sum())
+    assert resets > 0  # episodes started inside the sequences
 
 
 @pytest.mark.parametrize(
