@@ -177,6 +177,11 @@ class Policy:
         state, (inputs, values) = jax.lax.scan(one, state, (obs, episode_starts))
         return state, inputs, values
 
+    def greedy_step(self, params: Any, state: Any, obs: Array) -> tuple[Any, Array]:
+        """A recurrent policy's greedy actions within its episodes: ``(next state, actions)``."""
+        state, inputs, _ = self.step(params, state, obs, jnp.zeros(obs.shape[0], bool))
+        return state, self.distribution.mode(inputs)
+
     def value_after(self, params: Any, state: Any, obs: Array) -> Array:
         """``V(obs) [B]`` given the state reached before ``obs`` in the same episode (a
         recurrent policy's bootstrap values), or the feed-forward value."""

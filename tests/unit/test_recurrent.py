@@ -142,3 +142,26 @@ def test_a_recurrent_run_on_a_cpu_env_is_refused_before_anything_starts():
     spec = get_algorithm("PPO")
     with pytest.raises(ConfigError, match="'CartPole-v1' runs in ray mode"):
         resolve_mode(make_config(PPOConfig, env="CartPole-v1", use_lstm=True), spec)
+
+
+def test_checkpoint_resume_and_evaluate_carry_the_recurrent_state(tmp_path):
+    """A saved run restores with each env's recurrent state and start flags as they were,
+    and `jaxflow evaluate`'s host evaluation plays the loaded recurrent policy."""
+    from jaxflow import Algorithm
+    from jaxflow.api.algorithm import load_policy
+    from jaxflow.rollout.evaluation import evaluate_policy
+
+    algo = Algorithm.build(
+        "PPO", env="jaxflow/StatelessCartPole-v1", use_lstm=True, lstm_size=8, num_envs=4,
+        rollout_fragment_length=16, minibatch_size=32, iterations_per_call=1,
+    )  # fmt: skip
+    algo.train()
+    path = algo.save(str(tmp_path))
+    restored = Algorithm.restore(path)
+    before, after = algo.program.state.envs, restored.program.state.envs
+    for a, b in zip(jax.tree.leaves((before.policy_state, before.episode_start)), jax.tree.leaves((after.policy_state, after.episode_start)), strict=True):  # fmt: skip
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert float(jnp.abs(before.policy_state[1]).sum()) > 0  # a state that is not the initial zeros
+    config, policy, params, normalizer = load_policy(path)
+    out = evaluate_policy(config, policy, params, 2, 0, normalizer)
+    assert policy.recurrent and out["episodes"] == 2 and min(out["lengths"]) >= 1
