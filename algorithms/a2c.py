@@ -32,6 +32,7 @@ from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps
 from jaxflow.policies import Policy
+from jaxflow.policies.sequences import SEQUENCE_FIELDS
 
 Array = jax.Array
 
@@ -82,9 +83,10 @@ def gae(r_t: Array, discount_t: Array, v_t: Array, bootstrap_value: Array, lambd
 
 
 def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
-    """Worker-side: adds ``advantages`` and ``value_targets``; keeps what the losses read."""
+    """Worker-side: adds ``advantages`` and ``value_targets``; keeps what the losses read (and
+    a recurrent policy's sequence fields, :data:`~jaxflow.policies.sequences.SEQUENCE_FIELDS`)."""
     adv, targets = gae(traj["rewards"], traj["discounts"], traj["values"], traj["bootstrap_value"], config.gae_lambda)
-    keep = ("obs", "actions", "logp", "values")
+    keep = ("obs", "actions", "logp", "values", *(k for k in SEQUENCE_FIELDS if k in traj))
     return dict({k: traj[k] for k in keep}, advantages=adv, value_targets=targets)
 
 

@@ -1,6 +1,8 @@
 """PPO: proximal policy optimization with the clipped surrogate objective (Schulman et
 al., 2017, "Proximal Policy Optimization Algorithms"), GAE advantages, optional value
-clipping, and minibatch epochs.
+clipping, and minibatch epochs. With ``use_lstm`` (device mode) the policy is recurrent: the
+loss unrolls it over each fragment's sequences from their stored start states, and
+minibatches hold whole sequences (:mod:`jaxflow.policies.sequences`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from jaxflow.ondevice.spec import flat_batch
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps, standardize_fields
 from jaxflow.policies import Policy
+from jaxflow.policies.sequences import policy_outputs, sequence_batch
 
 Array = jax.Array
 
@@ -46,6 +49,7 @@ class PPOConfig(CommonConfig):
 
     on_policy = True
     learner_group = True
+    recurrent_modes = ("device",)
     loss_fields = ("clip_eps", "vf_clip", "vf_coef", "ent_coef")
 
     rollout: RolloutConfig = param(
@@ -80,14 +84,29 @@ class PPOConfig(CommonConfig):
                 self.minibatch_size <= self.train_batch_size,
                 f"minibatch_size ({self.minibatch_size}) must be <= train_batch_size ({self.train_batch_size}).",
             )
+        require(
+            not self.use_lstm or self.minibatch_size >= self.rollout.rollout_fragment_length,
+            f"{type(self).__name__}.use_lstm=True: a minibatch holds minibatch_size // rollout_fragment_length whole "
+            f"sequences, so minibatch_size ({self.minibatch_size}) must be >= rollout_fragment_length "
+            f"({self.rollout.rollout_fragment_length}).",
+        )
+
+
+def sgd_settings(config: PPOConfig) -> tuple[int, int]:
+    """Epochs and minibatch size: samples, or with ``use_lstm`` whole sequences of
+    ``rollout_fragment_length`` steps (the batch's leading axis is then the sequence)."""
+    if config.use_lstm:
+        return config.num_epochs, config.minibatch_size // config.rollout.rollout_fragment_length
+    return config.num_epochs, config.minibatch_size
 
 
 def loss(
     params: Any, batch: Mapping[str, Array], rng: Array, *, policy: Policy, config: Any
 ) -> tuple[Array, dict[str, Array]]:
-    """Clipped surrogate + (optionally clipped) value loss - entropy bonus, on a flat batch."""
+    """Clipped surrogate + (optionally clipped) value loss - entropy bonus, on a flat batch
+    or, for a recurrent policy, on whole sequences (see :func:`~jaxflow.policies.sequences.policy_outputs`)."""
     del rng
-    inputs, v = policy.apply(params, batch["obs"])
+    inputs, v, batch = policy_outputs(policy, params, batch)
     chex.assert_equal_shape([v, batch["value_targets"], batch["logp"]])
     dist = policy.distribution
     log_ratio = dist.log_prob(inputs, batch["actions"]) - batch["logp"]
@@ -124,8 +143,10 @@ def plan(workers, learner, config: PPOConfig):
 
 
 def device_batch(traj: Mapping[str, Array], config: PPOConfig) -> dict[str, Array]:
-    """Device mode's train batch: the fragment flattened, advantages standardized (the plan's (1))."""
-    return standardize_fields(flat_batch(traj, config), ["advantages"])
+    """Device mode's train batch: the fragment flattened (a recurrent policy's: as sequences),
+    advantages standardized (the plan's (1))."""
+    batch = sequence_batch(traj) if config.use_lstm else flat_batch(traj, config)
+    return standardize_fields(batch, ["advantages"])
 
 
 PPO = register_algorithm(
@@ -135,7 +156,7 @@ PPO = register_algorithm(
         loss,
         plan,
         postprocess,
-        learner=LearnerHooks(sgd=lambda c: (c.num_epochs, c.minibatch_size), train_batch_env_steps=bulk_sync_env_steps),
+        learner=LearnerHooks(sgd=sgd_settings, train_batch_env_steps=bulk_sync_env_steps),
         run=RunHooks(device=DeviceSpec(prepare=device_batch), flow=on_policy_flow(train_flow)),
     )
 )

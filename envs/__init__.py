@@ -40,6 +40,7 @@ from jaxflow.envs.registry import (
     register_jax,
     register_multiagent,
 )
+from jaxflow.envs.stateless import STATELESS_CARTPOLE, StatelessCartPole  # registers jaxflow/StatelessCartPole-v1
 from jaxflow.envs.tasks import TaskDistribution, list_task_distributions, make_task_distribution
 from jaxflow.envs.vector import EnvSpaceError, VectorEnv, VectorStep
 
@@ -47,6 +48,7 @@ __all__ = [
     "BRAX_PREFIX",
     "GYMNAX_PREFIX",
     "JAX_KINDS",
+    "STATELESS_CARTPOLE",
     "USER_ONLY_OPTIONS",
     "ALEVectorEnv",
     "ActionMaskError",
@@ -68,6 +70,7 @@ __all__ = [
     "MultiAgentVectorEnv",
     "Rendezvous",
     "RockPaperScissors",
+    "StatelessCartPole",
     "TaskDistribution",
     "UnknownEnvError",
     "VectorEnv",

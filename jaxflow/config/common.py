@@ -27,6 +27,9 @@ class CommonConfig(StrictKeywords):
     """Float fields that only the learner's loss reads: what ``schedules`` may name besides
     the optimizer's ``lr`` and ``max_grad_norm`` (a field also read on the rollout workers,
     such as ``gamma`` or GAE's lambda, would follow the schedule on one side only)."""
+    recurrent_modes: ClassVar[tuple[str, ...]] = ()
+    """The modes (``"device"``, ``"ray"``) in which this algorithm trains a recurrent policy
+    (``use_lstm``); none: ``use_lstm=True`` is refused."""
 
     env: str = "CartPole-v1"
     """Environment id, see `jaxflow list`."""
@@ -45,6 +48,11 @@ class CommonConfig(StrictKeywords):
     ``jaxflow.register_model`` or ``"package.module:Class"`` (see :mod:`jaxflow.networks.models`)."""
     model_config: dict = param(None, factory=dict)
     """Keyword arguments of ``model``."""
+    use_lstm: bool = False
+    """A recurrent policy: an LSTM of ``lstm_size`` units after the MLP torso, its state
+    carried across steps and reset where an episode starts (see :mod:`jaxflow.networks.recurrent`)."""
+    lstm_size: int = param(64, POSITIVE)
+    """Units of the LSTM (``use_lstm``)."""
     state_dependent_std: bool = False
     """Box actions: the Gaussian's log-std is an output of the network (else one learned parameter per action dimension)."""
     metrics_num_episodes: int = param(100, POSITIVE)
@@ -82,6 +90,7 @@ class CommonConfig(StrictKeywords):
         self._validate_sweep()
         self._validate_pbt()
         validate_schedules(self)
+        self._validate_recurrent()
         require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
         require(
             self.rollout.vector_env != "ale" or self.env.startswith("ALE/"),
@@ -96,6 +105,24 @@ class CommonConfig(StrictKeywords):
             not (self.rollout.sample_async and self.on_policy),
             f"{type(self).__name__}.sample_async=True: this algorithm trains on-policy, and a worker sampling "
             "ahead acts with weights one update old; use it with IMPALA, APPO, DQN or APEX.",
+        )
+
+    def _validate_recurrent(self) -> None:
+        if not self.use_lstm:
+            return
+        name, modes = type(self).__name__, type(self).recurrent_modes
+        require(
+            bool(modes),
+            f"{name}.use_lstm=True: {name.removesuffix('Config')} has no recurrent policy yet; "
+            "use_lstm is supported by PPO in device mode.",
+        )
+        require(
+            self.mode == "auto" or self.mode in modes,
+            f"{name}.use_lstm=True trains in {' or '.join(modes)} mode only so far, not mode={self.mode!r}.",
+        )
+        require(
+            self.model is None,
+            f"{name}.use_lstm=True builds jaxflow's LSTM network; it cannot be combined with model={self.model!r} yet.",
         )
 
     def _validate_sweep(self) -> None:

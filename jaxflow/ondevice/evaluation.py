@@ -27,6 +27,8 @@ class Episodes(NamedTuple):
     lengths: Array
     ended: Array
     key: Array
+    policy_state: Any = None
+    """A recurrent policy's state (None: feed-forward), never reset: only first episodes count."""
 
 
 def greedy_episodes(
@@ -42,7 +44,13 @@ def greedy_episodes(
 
     def play(e: Episodes) -> Episodes:
         key, k_step = jax.random.split(e.key)
-        actions = policy.distribution.to_env(policy.greedy(params, observed(norm, e.obs, clip)))
+        x = observed(norm, e.obs, clip)
+        if policy.recurrent:
+            state, inputs, _ = policy.step(params, e.policy_state, x, jnp.zeros((n,), bool))
+            greedy = policy.distribution.mode(inputs)
+        else:
+            state, greedy = None, policy.greedy(params, x)
+        actions = policy.distribution.to_env(greedy)
         obs, env_state, reward, terminated, truncated, _ = step_envs(
             env, env_params, jax.random.split(k_step, n), e.env_state, actions
         )
@@ -54,9 +62,12 @@ def greedy_episodes(
             e.lengths + live,
             e.ended | terminated | truncated,
             key,
+            state,
         )
 
-    start = Episodes(env_state, obs, zeros, jnp.zeros((n,), jnp.int32), jnp.zeros((n,), bool), key)
+    start = Episodes(
+        env_state, obs, zeros, jnp.zeros((n,), jnp.int32), jnp.zeros((n,), bool), key, policy.initial_state(n)
+    )
     end = jax.lax.while_loop(lambda e: ~jnp.all(e.ended), play, start)
     return end.returns, end.lengths
 

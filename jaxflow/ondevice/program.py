@@ -144,6 +144,10 @@ class DeviceProgram:
         norm = count_observations(normalizer_init(cfg, obs.shape[1:], jnp), obs)  # the first observations
         discounted = zeros if norm is not None and norm.ret is not None else None
         carry = EnvCarry(env_state, obs, zeros, jnp.zeros(self.num_envs, jnp.int32), norm, discounted)
+        if self.policy.recurrent:  # every env starts an episode, from the initial state
+            carry = carry._replace(
+                policy_state=self.policy.initial_state(self.num_envs), episode_start=jnp.ones(self.num_envs, bool)
+            )
         replay = None
         if self.device.replay is not None:
             example = jax.eval_shape(self._learner_batch, params, carry, key)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxflow.policies.policy import Policy
+from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
 from jaxflow.rollout.normalize import (
     Normalizer,
     discounted_returns,
@@ -26,7 +27,8 @@ Array = jax.Array
 class EnvCarry(NamedTuple):
     """The environments between two steps: ``[B, ...]`` states, observations (as the
     environments gave them), running episodes; and where the run normalizes, its statistics
-    (replicated, not per env) and each env's discounted return for reward scaling."""
+    (replicated, not per env) and each env's discounted return for reward scaling; and for a
+    recurrent policy its ``[B, ...]`` state and whether each observation is an episode's first."""
 
     env_state: Any
     obs: Array
@@ -34,6 +36,8 @@ class EnvCarry(NamedTuple):
     episode_length: Array
     normalizer: Normalizer | None = None
     discounted: Array | None = None
+    policy_state: Any = None
+    episode_start: Array | None = None
 
 
 def observed(norm: Normalizer | None, obs: Array, clip: float) -> Array:
@@ -84,25 +88,37 @@ def rollout(
     :func:`~jaxflow.rollout.truncation.truncation_bootstrap`), so an algorithm's
     ``postprocess`` takes it unchanged. Also returns the returns and lengths of the episodes
     that ended, ``[T, B]``, NaN and 0 elsewhere.
+
+    A recurrent policy's state goes along in ``carry``: the fragment holds its
+    ``episode_starts [T, B]`` and the ``policy_state`` it started from
+    (:mod:`jaxflow.policies.sequences`), and the values it bootstraps from read the state
+    the episode reached.
     """
     num_envs = carry.obs.shape[0]
+    start_state = carry.policy_state
     # An episode lasts at most max_steps_in_episode steps, so in a fragment no longer than that an
     # environment truncates at most once: remember where, and bootstrap them all with one forward
     # pass after the scan. (A per-step lax.cond would run the pass on every step once vmapped.)
     once = num_steps <= int(env_params.max_steps_in_episode)
     step = functools.partial(_step, env, env_params, policy, act, config, params, env_steps, num_envs, once)
-    inner: tuple[EnvCarry, Any, Any] = (
-        (carry, jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32)) if once else (carry, None, None)
-    )
-    (carry, truncated_obs, truncated_at), (traj, ended) = jax.lax.scan(
+    # With once, the scan remembers each truncated env's final observation, step and state.
+    remembered = (jnp.zeros_like(carry.obs), jnp.full((num_envs,), -1, jnp.int32), carry.policy_state)
+    inner: tuple[EnvCarry, Any] = (carry, remembered if once else None)
+    (carry, truncations), (traj, ended) = jax.lax.scan(
         step, inner, (jnp.arange(num_steps), jax.random.split(key, num_steps))
     )
     if once:
+        truncated_obs, truncated_at, truncated_state = truncations
         cut = jnp.arange(num_steps)[:, None] == truncated_at[None, :]  # [T, B]: where each env truncated
-        v_final = policy.apply(params, truncated_obs)[1]
+        v_final = policy.value_after(params, truncated_state, truncated_obs)
         traj["rewards"], _ = truncation_bootstrap(traj["rewards"], jnp.zeros_like(cut), cut, config.gamma, v_final)
     last_obs = observed(carry.normalizer, carry.obs, config.rollout.normalize_clip)
-    traj["bootstrap_value"] = policy.apply(params, last_obs)[1]
+    if carry.episode_start is not None:  # set where the policy is recurrent
+        state = policy.reset_state(carry.policy_state, carry.episode_start)
+        traj[STATE_FIELD] = start_state
+    else:
+        state = None
+    traj["bootstrap_value"] = policy.value_after(params, state, last_obs)
     traj["last_obs"] = last_obs
     return carry, traj, ended
 
@@ -117,16 +133,16 @@ def _step(
     env_steps: Array,
     num_envs: int,
     once: bool,
-    inner: tuple[EnvCarry, Any, Any],
+    inner: tuple[EnvCarry, Any],
     xs: tuple[Array, Array],
-) -> tuple[tuple[EnvCarry, Any, Any], tuple[dict[str, Array], tuple[Array, Array]]]:
+) -> tuple[tuple[EnvCarry, Any], tuple[dict[str, Array], tuple[Array, Array]]]:
     """One step of :func:`rollout`'s scan; with ``once``, truncations are only remembered."""
-    c, truncated_obs, truncated_at = inner
+    c, truncations = inner
     t, key = xs
     k_act, k_env = jax.random.split(key)
     clip = config.rollout.normalize_clip
     x = observed(c.normalizer, c.obs, clip)
-    inputs, values = policy.apply(params, x, policy.noise_key(key))  # a noisy network's noise: fresh every step
+    state, inputs, values = _forward(policy, params, c, x, policy.noise_key(key))
     if act is None:
         actions, logp = policy.distribution.sample(k_act, inputs)
     else:
@@ -136,13 +152,12 @@ def _step(
     )
     norm = count_observations(c.normalizer, obs)
     final_x = observed(norm, final_obs, clip)
-    if once:  # bootstrapped after the scan, from the remembered final observations
+    if once:  # bootstrapped after the scan, from the remembered final observations and states
         v_final = jnp.zeros_like(reward)
-        truncated_obs = jnp.where(truncated.reshape((-1,) + (1,) * (obs.ndim - 1)), final_x, truncated_obs)
-        truncated_at = jnp.where(truncated, t, truncated_at)
+        truncations = _remember(truncations, truncated, t, final_x, state)
     else:
         v_final = jax.lax.cond(
-            truncated.any(), lambda: policy.apply(params, final_x)[1], lambda: jnp.zeros_like(reward)
+            truncated.any(), lambda: policy.value_after(params, state, final_x), lambda: jnp.zeros_like(reward)
         )
     done = terminated | truncated
     norm, scaled, discounted = _scale(norm, c.discounted, reward, done, config.gamma, clip)
@@ -157,11 +172,39 @@ def _step(
         rewards=rewards,
         discounts=discounts.astype(jnp.float32),
     )
+    if policy.recurrent:
+        out[STARTS_FIELD] = c.episode_start
     ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
     c = EnvCarry(
-        env_state, obs, jnp.where(done, 0.0, episode_return), jnp.where(done, 0, episode_length), norm, discounted
+        env_state,
+        obs,
+        jnp.where(done, 0.0, episode_return),
+        jnp.where(done, 0, episode_length),
+        norm,
+        discounted,
+        state,
+        done if policy.recurrent else None,
     )
-    return (c, truncated_obs, truncated_at), (out, ended)
+    return (c, truncations), (out, ended)
+
+
+def _forward(policy: Policy, params: Any, c: EnvCarry, x: Array, key: Array | None) -> tuple[Any, Array, Array]:
+    """``(next policy state, distribution inputs, values)`` of one step (the state None:
+    feed-forward); ``key`` draws a noisy network's noise, fresh every step."""
+    if c.episode_start is not None:  # set where the policy is recurrent
+        return policy.step(params, c.policy_state, x, c.episode_start, key)
+    inputs, values = policy.apply(params, x, key)
+    return None, inputs, values
+
+
+def _remember(truncations: Any, truncated: Array, t: Array, final_x: Array, state: Any) -> Any:
+    """The final observation, step and policy state of the envs that truncated at step ``t``."""
+
+    def where(new: Array, old: Array) -> Array:
+        return jnp.where(truncated.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)
+
+    obs, at, states = truncations
+    return where(final_x, obs), jnp.where(truncated, t, at), jax.tree.map(where, state, states)
 
 
 def _scale(

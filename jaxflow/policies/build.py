@@ -13,9 +13,10 @@ import gymnasium
 
 from jaxflow.config.fields import ConfigError
 from jaxflow.envs.masking import MaskedBox
-from jaxflow.networks.build import actor_critic_network, q_network
+from jaxflow.networks.build import actor_critic_network, is_frame_stack, q_network
 from jaxflow.networks.continuous import ActorCritics
 from jaxflow.networks.models import build_model, check_outputs
+from jaxflow.networks.recurrent import LSTMActorCritic
 from jaxflow.policies.categorical import Greedy
 from jaxflow.policies.distributional import categorical_q_outputs, quantile_q_outputs
 from jaxflow.policies.distributions import distribution_for
@@ -25,9 +26,15 @@ from jaxflow.policies.policy import Policy, q_value_outputs
 def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:
     """An actor-critic network (convolutional for frame stacks, else an MLP of
     ``config.hidden_sizes``) and the action space's distribution (a ``Box``: a Gaussian,
-    its log-std state-dependent if ``config.state_dependent_std``)."""
+    its log-std state-dependent if ``config.state_dependent_std``); with ``config.use_lstm`` a
+    recurrent one (:class:`~jaxflow.networks.recurrent.LSTMActorCritic`)."""
     distribution = distribution_for(action_space, "gaussian", config.state_dependent_std)
     obs_shape = tuple(obs_space.shape or ())
+    masked = isinstance(obs_space, MaskedBox)
+    if config.use_lstm:
+        return Policy(
+            _lstm_network(config, obs_shape, distribution), distribution, obs_shape, action_mask=masked, recurrent=True
+        )
     if config.model:
         network = build_model(config.model, config.model_config, distribution.num_inputs)
         expected = ((2, distribution.num_inputs), (2,))
@@ -36,7 +43,22 @@ def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: g
         network = actor_critic_network(
             obs_shape, distribution.num_inputs, config.hidden_sizes, config.conv_torso, distribution.num_free_inputs
         )
-    return Policy(network, distribution, obs_shape, action_mask=isinstance(obs_space, MaskedBox))
+    return Policy(network, distribution, obs_shape, action_mask=masked)
+
+
+def _lstm_network(config: Any, obs_shape: tuple[int, ...], distribution: Any) -> LSTMActorCritic:
+    if is_frame_stack(obs_shape):
+        raise ConfigError(
+            f"{type(config).__name__}.use_lstm=True: the LSTM network takes flat observations, not {config.env}'s "
+            f"image frames {obs_shape}."
+        )
+    return LSTMActorCritic(
+        distribution.num_inputs,
+        tuple(config.hidden_sizes),
+        config.lstm_size,
+        max(1, len(obs_shape)),
+        distribution.num_free_inputs,
+    )
 
 
 def q_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:

@@ -12,9 +12,12 @@ so everything that acts or learns through the policy sees illegal actions at
 :data:`~jaxflow.policies.categorical.MASKED_LOGIT`: workers' sampling and exploration, losses,
 greedy evaluation, and a Q-policy's ``max_a Q`` over legal actions only.
 
-A recurrent policy is the same object with ``recurrent`` set: ``initial_state`` and
-``reset_state`` give and reset its carry. The policies here are feed-forward, so both
-return ``None``; acting code passes the state along without looking inside.
+A recurrent policy is the same object with ``recurrent`` set: its network is one time step
+``(state, obs) -> (state, output)`` and has ``initial_carry(batch_size)``
+(:class:`~jaxflow.networks.recurrent.LSTMActorCritic`). :meth:`Policy.step` acts one step,
+the state first reset to zeros where an episode starts; :meth:`Policy.unroll` scans ``step``
+over a time-major ``[T, B]`` sequence from a stored start state. A feed-forward policy's
+state is ``None``; acting code passes the state along without looking inside.
 """
 
 from __future__ import annotations
@@ -89,11 +92,17 @@ class Policy:
 
     def init(self, key: Array) -> Any:
         """Fresh parameters for one observation's shape."""
-        return self.network.init(key, jnp.zeros((1, *self.obs_shape), jnp.float32))
+        obs = jnp.zeros((1, *self.obs_shape), jnp.float32)
+        if self.recurrent:
+            return self.network.init(key, self.initial_state(1), obs)
+        return self.network.init(key, obs)
 
     def apply(self, params: Any, obs: Array, key: Array | None = None) -> tuple[Array, Array]:
         """``(distribution inputs [B, D], value [B])``: what losses call as ``apply_fn``; ``key``
-        draws a noisy network's noise (None: its mean weights)."""
+        draws a noisy network's noise (None: its mean weights). A recurrent policy acts
+        through :meth:`step` and :meth:`unroll` instead."""
+        if self.recurrent:
+            raise TypeError("a recurrent policy acts with step(params, state, obs, episode_starts), not apply")
         return self.outputs(self.network_outputs(params, obs, key), self.legal_actions(obs))
 
     def network_outputs(self, params: Any, obs: Array, key: Array | None = None) -> Any:
@@ -136,13 +145,49 @@ class Policy:
 
     def initial_state(self, batch_size: int) -> Any:
         """The carry of a recurrent policy for ``batch_size`` new episodes (None: feed-forward)."""
-        del batch_size
-        return None
+        return self.network.initial_carry(batch_size) if self.recurrent else None
 
     def reset_state(self, state: Any, episode_starts: Array) -> Any:
-        """``state`` with the rows of newly started episodes reset (None: feed-forward)."""
-        del episode_starts
-        return state
+        """``state`` with the rows of newly started episodes (``episode_starts [B]`` True) set
+        to zeros, the initial state (None stays None: feed-forward)."""
+        return jax.tree.map(
+            lambda s: jnp.where(episode_starts.reshape((-1,) + (1,) * (s.ndim - 1)), jnp.zeros_like(s), s), state
+        )
+
+    def step(
+        self, params: Any, state: Any, obs: Array, episode_starts: Array, key: Array | None = None
+    ) -> tuple[Any, Array, Array]:
+        """One step of a recurrent policy: ``(next state, distribution inputs [B, D], value [B])``
+        for observations ``obs [B, ...]``, the state reset where ``episode_starts [B]`` (the
+        observation is an episode's first) before the network reads it."""
+        state = self.reset_state(state, episode_starts)
+        rngs = {} if key is None else {NOISE_RNG: key}
+        state, out = self.network.apply(params, state, obs, rngs=rngs)
+        inputs, value = self.outputs(out, self.legal_actions(obs))
+        return state, inputs, value
+
+    def unroll(self, params: Any, state: Any, obs: Array, episode_starts: Array) -> tuple[Any, Array, Array]:
+        """:meth:`step` scanned over time-major ``obs [T, B, ...]`` and ``episode_starts [T, B]``
+        from ``state`` (the state before the first step): ``(final state, inputs [T, B, D], values [T, B])``."""
+
+        def one(s: Any, x: tuple[Array, Array]) -> tuple[Any, tuple[Array, Array]]:
+            s, inputs, value = self.step(params, s, *x)
+            return s, (inputs, value)
+
+        state, (inputs, values) = jax.lax.scan(one, state, (obs, episode_starts))
+        return state, inputs, values
+
+    def greedy_step(self, params: Any, state: Any, obs: Array) -> tuple[Any, Array]:
+        """A recurrent policy's greedy actions within its episodes: ``(next state, actions)``."""
+        state, inputs, _ = self.step(params, state, obs, jnp.zeros(obs.shape[0], bool))
+        return state, self.distribution.mode(inputs)
+
+    def value_after(self, params: Any, state: Any, obs: Array) -> Array:
+        """``V(obs) [B]`` given the state reached before ``obs`` in the same episode (a
+        recurrent policy's bootstrap values), or the feed-forward value."""
+        if not self.recurrent:
+            return self.apply(params, obs)[1]
+        return self.step(params, state, obs, jnp.zeros(obs.shape[0], bool))[2]
 
 
 def compiled_forward(policy: Policy, seed: int) -> Callable[[Any, Any], Array]:

@@ -4,7 +4,7 @@ agents) plays its greedy actions for a number of episodes, and one summary of th
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -48,6 +48,18 @@ def greedy_env_actions(
     return policy.distribution.to_env(np.asarray(act(params, x)))
 
 
+def recurrent_greedy(step: Callable[..., Any], state: Any) -> Callable[[Any, Any], Any]:
+    """``act(params, obs)`` of a recurrent policy for one new episode from ``state``: greedy
+    actions by ``step`` (the policy's compiled ``greedy_step``), the state carried from call to call."""
+
+    def act(params: Any, obs: Any) -> Any:
+        nonlocal state
+        state, actions = step(params, state, obs)
+        return actions
+
+    return act
+
+
 def evaluate_policy(
     config: Any,
     policy: Policy,
@@ -68,10 +80,13 @@ def evaluate_policy(
         if video_dir
         else envs.make_cpu(config.env, envs.EnvContext(seed=seed), **config.env_config)
     )
-    act = jax.jit(policy.greedy)
+    act: Callable[[Any, Any], Any] = jax.jit(policy.greedy)
+    greedy_step = jax.jit(policy.greedy_step)
     returns, lengths, videos = [], [], []
     for e in range(episodes):
         obs, _ = env.reset(seed=seed + e)
+        if policy.recurrent:  # the state goes along within the episode, fresh for each
+            act = recurrent_greedy(greedy_step, policy.initial_state(1))
         video = None
         if video_dir:
             video = EpisodeVideo(
