@@ -1,13 +1,34 @@
 """Shared fixtures: one real local Ray (2 CPUs, like CI) for the whole session, and a local
-multi-node Ray cluster for the tests that need one."""
+multi-node Ray cluster for the tests that need one; one XLA compilation cache for the session.
+
+Many tests build the same algorithm on the same env, and every build, every rollout worker and
+every CLI subprocess compiles the same functions again. JAX's persistent compilation cache,
+in a directory new to this session (so nothing compiled by an earlier run or another checkout
+is reused), lets each of them load what an earlier one compiled. It is set through the
+environment before JAX starts, so Ray's worker processes and the CLI's subprocesses share it;
+its maximum size turns on JAX's file lock, so processes writing and reading at once never see
+half an entry.
+"""
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import types
 
-import faulty_envs  # noqa: F401 - registers the test/<Name>-v0 environments
-import pytest
-import ray
+XLA_CACHE = tempfile.mkdtemp(prefix="jaxflow-tests-xla-cache-")
+atexit.register(shutil.rmtree, XLA_CACHE, ignore_errors=True)
+os.environ.update(
+    JAX_COMPILATION_CACHE_DIR=XLA_CACHE,
+    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",  # the default (1 s) would skip most rollout functions
+    JAX_COMPILATION_CACHE_MAX_SIZE=str(4 * 2**30),
+)
+
+import faulty_envs  # noqa: E402, F401 - registers the test/<Name>-v0 environments
+import pytest  # noqa: E402
+import ray  # noqa: E402
 
 LOCAL_RAY = dict(num_cpus=2, include_dashboard=False, logging_level="ERROR")
 
