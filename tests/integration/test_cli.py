@@ -107,7 +107,7 @@ BAD_INPUT = [
     (
         ["train", "--algo", "dqn", "--env", "Pendulum-v1"],
         "DQN cannot act in environment 'Pendulum-v1': its action space is Box(-2.0, 2.0, (1,), float32), "
-        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, ES, IMPALA, PPO, SAC, TD3",
+        "and DQN supports Discrete. Algorithms for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, DDPPO, ES, IMPALA, PPO, SAC, TD3",
     ),
     (["train", "--algo", "dqn", "--env", "gymnax/Pendulum-v1"], "DQN cannot act in environment 'gymnax/Pendulum-v1'"),
     (["train", "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--sweep", "lr=fast"], "--sweep takes FIELD=V1,V2,..."),
@@ -228,10 +228,11 @@ def test_list_names_algorithms_and_envs():
     assert done.returncode == 0, done.stderr
     out, err = done.stdout, done.stderr
     assert (
-        "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, ARS, DDPG, DQN, ES, IMPALA, MAML, PPO, Rainbow, SAC, TD3" in out
+        "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, ARS, DDPG, DDPPO, DQN, ES, IMPALA, MAML, PPO, Rainbow, SAC, TD3"
+        in out
     )
-    assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, ES, IMPALA, PPO, SAC, TD3" in out
-    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, ARS, DQN, ES, IMPALA, MAML, PPO, Rainbow" in out
+    assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, DDPPO, ES, IMPALA, PPO, SAC, TD3" in out
+    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, ARS, DDPPO, DQN, ES, IMPALA, MAML, PPO, Rainbow" in out
     assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, Rainbow, SAC, TD3" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, Rainbow, SAC, TD3" in out
     assert (
