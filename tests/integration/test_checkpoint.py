@@ -62,23 +62,14 @@ def test_restore_in_new_process_is_bit_exact(ray_local, tmp_path):
 
 
 def test_cli_resume_continues_the_run(ray_local, tmp_path):
+    """The run trains in this process; ``--resume`` continues it in a new one (nothing but
+    the files carries over)."""
     logdir = str(tmp_path / "run")
-    common = [sys.executable, "-m", "jaxflow.api.cli", "train", "--quiet", "--checkpoint-every", "5"]
-    first = [
-        *common,
-        "--algo",
-        "PPO",
-        "--num-workers",
-        "2",
-        "--seed",
-        "0",
-        "--stop",
-        "training_iteration=25",
-        "--logdir",
-        logdir,
-    ]
-    subprocess.run(first, check=True, capture_output=True)
-    subprocess.run([*common, "--resume", logdir, "--stop", "training_iteration=35"], check=True, capture_output=True)
+    common = ["train", "--quiet", "--checkpoint-every", "5"]
+    first = [*common, "--algo", "PPO", "--num-workers", "2", "--seed", "0", "--stop", "training_iteration=25"]
+    assert cli.main([*first, "--logdir", logdir]) == 0
+    resume = [sys.executable, "-m", "jaxflow.api.cli", *common, "--resume", logdir, "--stop", "training_iteration=35"]
+    subprocess.run(resume, check=True, capture_output=True)
     rows = [json.loads(line) for line in open(os.path.join(logdir, "progress.jsonl"))]
     iters = [r["training_iteration"] for r in rows]
     assert iters == list(range(1, 36))  # iterations carry on from 26, none repeated
