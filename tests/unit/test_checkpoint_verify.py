@@ -22,6 +22,8 @@ from jaxflow.api.restore import plan_restore, state_template
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import make_config
 from jaxflow.config.parsing import to_json_dict
+from jaxflow.replay import saved as saved_replay
+from jaxflow.replay.shard import ReplayShard
 
 CONFIG = dict(env="CartPole-v1", hidden_sizes=(16,))
 GOOD, TAMPERED = "checkpoint_000001", "checkpoint_000002"
@@ -37,10 +39,24 @@ class Payload:
         return (open, (self.marker, "w"))
 
 
+def _shard_export(size: int, capacity: int = 5) -> bytes:
+    """A replay shard's real export (:meth:`ReplayShard.export_state`) holding ``size`` items."""
+    shard = ReplayShard(capacity=capacity, seed=0)
+    shard.add({"obs": np.ones((size, 4), np.float32)})
+    return shard.export_state()
+
+
+def _write_replay(path: str) -> dict:
+    """Two shards' files, of 3 and 2 items, as ``ReplayShards.save`` writes and records them."""
+    exports = [_shard_export(3), _shard_export(2)]
+    for i, data in enumerate(exports):
+        open(f"{path}/replay_shard_{i}.npz", "wb").write(data)
+    return {saved_replay.RECORD_KEY: [saved_replay.summary(data) for data in exports]}
+
+
 def _save(directory: str, state, iteration: int, config) -> str:
     meta = {"algorithm": "DQN", "config": to_json_dict(config), "context": {"counters": {"env_steps_sampled": 7}}}
-    replay = {"__meta__": np.frombuffer(b'{"size": 3}', np.uint8), "buffer/obs": np.ones((3, 4), np.float32)}
-    return checkpoint.save(directory, iteration, state, meta, lambda p: np.savez(f"{p}/replay_shard_0.npz", **replay))
+    return checkpoint.save(directory, iteration, state, meta, _write_replay)
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +192,14 @@ CASES: dict[str, tuple[str, Callable[[str], None], str]] = {
     "state retyped": ("retyped", lambda p: None, "state does not fit this config: step: saved float32[], expected int32[]"),
     "object array in an npz": ("good", _npz(obs=OBJECT), "replay_shard_0.npz:obs.npy holds an object array (object)"),
     "structured dtype with an object field": ("good", _npz(obs=np.zeros(2, [("a", "f4"), ("b", "O")])), "holds an object array"),
+    "replay file of another size, resealed": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_1.npz", "wb").write(_shard_export(4))), "replay_shard_1.npz holds 4 items of capacity 5, replay_shards says 2 of 5"),
+    "replay file of another capacity, resealed": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_0.npz", "wb").write(_shard_export(3, 6))), "replay_shard_0.npz holds 3 items of capacity 6, replay_shards says 3 of 5"),
+    "replay file truncated": ("good", lambda p: os.truncate(f"{p}/replay_shard_0.npz", 100), "replay_shard_0.npz has 100 bytes, the manifest says"),
+    "replay file deleted, resealed": ("good", _then_reseal(lambda p: os.remove(f"{p}/replay_shard_1.npz")), "replay_shards lists 2 shards, the files are for shards [0]"),
+    "replay file added, resealed": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_2.npz", "wb").write(_shard_export(1))), "replay_shards lists 2 shards, the files are for shards [0, 1, 2]"),
+    "replay file without its meta, resealed": ("good", _npz(obs=np.ones(3, np.float32)), "replay_shard_0.npz is not a replay shard's contents"),
+    "replay sizes edited in meta.json": ("good", _meta(replay_shards=[{"size": 5, "capacity": 5}, {"size": 2, "capacity": 5}]), "replay_shard_0.npz holds 3 items of capacity 5, replay_shards says 5 of 5"),
+    "replay record not a list": ("good", _meta(replay_shards={"size": 3}), 'replay_shards is not a list of {"size": int, "capacity": int}'),
     "npz not a zip": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_0.npz", "wb").write(b"PK junk")), "replay_shard_0.npz is not a readable numpy file"),
     "format 1 with an object npy": ("good", _format_1, "extra.npy holds an object array"),
     "state/ deleted": ("good", _then_reseal(lambda p: shutil.rmtree(f"{p}/state")), "no state/ directory"),
