@@ -117,8 +117,9 @@ class KeepInBounds:
     check, not a copy of it). Tune's ``custom_explore_fn``.
 
     Example:
-        >>> keep = KeepInBounds(get_algorithm("PPO").config_cls, ["gamma", "lr"])  # doctest: +SKIP
-        >>> keep({"gamma": 1.188, "lr": 0.012})                                     # doctest: +SKIP
+        >>> from jaxflow.api.registry import get_algorithm
+        >>> keep = KeepInBounds(get_algorithm("PPO").config_cls, ["gamma", "lr"])
+        >>> keep({"gamma": 1.188, "lr": 0.012})
         {'gamma': 1.0, 'lr': 0.012}
     """
 
