@@ -19,8 +19,10 @@ import numpy as np
 from jaxflow.config.fields import ConfigError
 
 RECORD_KEY = "replay_shards"
-"""``meta.json``'s key for the shards' record: ``[{"size": int, "capacity": int}, ...]`` in shard order."""
+"""``meta.json``'s key for the shards' record: ``[{"size": int, "capacity": int}, ...]`` in shard
+order, or ``{"replay_<policy>": [...], ...}`` for a multi-agent run's replay of each policy."""
 _FILE = re.compile(r"^replay_shard_(\d+)\.npz$")
+_SUBDIR = re.compile(r"^replay_[\w.-]+$")
 
 
 class ReplayFilesError(ConfigError):
@@ -61,9 +63,17 @@ def summary(source: bytes | str) -> dict[str, int]:
     return out
 
 
-def check_record(directory: str, record: Any) -> None:
+def check_record(directory: str, record: Any, where: str = "") -> None:
     """Raises :class:`ReplayFilesError` unless the replay files in checkpoint ``directory``
-    are exactly the shards ``record`` (:data:`RECORD_KEY`'s value) lists, each of its size and capacity."""
+    are exactly the shards ``record`` (:data:`RECORD_KEY`'s value) lists, each of its size and
+    capacity. A record that is an object holds one such list per sub-directory (a multi-agent
+    run's ``replay_<policy>/``)."""
+    if isinstance(record, dict):
+        for sub, inner in record.items():
+            if not (_SUBDIR.match(sub) and os.path.isdir(os.path.join(directory, sub))):
+                raise ReplayFilesError(f"{RECORD_KEY} names {sub!r}, which is no replay_<policy> directory here")
+            check_record(os.path.join(directory, sub), inner, f"{where}{sub}/")
+        return
     if not isinstance(record, list) or not all(
         isinstance(r, dict) and set(r) == {"size", "capacity"} and all(type(v) is int for v in r.values())
         for r in record
@@ -72,13 +82,13 @@ def check_record(directory: str, record: Any) -> None:
     present = sorted(int(m.group(1)) for n in os.listdir(directory) if (m := _FILE.match(n)))
     if present != list(range(len(record))):
         raise ReplayFilesError(
-            f"{RECORD_KEY} lists {len(record)} shards, the files are for shards {present} (replay_shard_<i>.npz)"
+            f"{RECORD_KEY} lists {len(record)} shards, the files are for shards {present} ({where}replay_shard_<i>.npz)"
         )
     for i, recorded in enumerate(record):
         found = summary(shard_path(directory, i))
         if found != recorded:
             raise ReplayFilesError(
-                f"replay_shard_{i}.npz holds {found['size']} items of capacity {found['capacity']}, "
+                f"{where}replay_shard_{i}.npz holds {found['size']} items of capacity {found['capacity']}, "
                 f"{RECORD_KEY} says {recorded['size']} of {recorded['capacity']}"
             )
 

@@ -17,7 +17,7 @@ from jaxflow.ops.replay_ops import (
     StoreToReplay,
     UpdatePriorities,
 )
-from jaxflow.replay.saved import check_fits
+from jaxflow.replay.saved import check_fits, check_record
 from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import SampleBatch
@@ -286,3 +286,17 @@ def test_replay_files_that_do_not_fit_the_run_are_refused_in_one_line(tmp_path):
         check_fits(path, 3, 100)
     with pytest.raises(ConfigError, match="more replay shards than this run's 1"):
         check_fits(path, 1, 100)
+
+
+def test_a_multiagent_record_is_checked_per_policy_directory(tmp_path):
+    """``{"replay_<policy>": [...]}``: each policy's shards against its own list."""
+    path, _ = _checkpoint(tmp_path)
+    os.rename(path, str(tmp_path / "replay_p0"))
+    record = {"replay_p0": [{"size": 10, "capacity": 100}, {"size": 6, "capacity": 100}]}
+    check_record(str(tmp_path), record)
+    with pytest.raises(
+        ConfigError, match=r"replay_p0/replay_shard_1\.npz holds 6 items of capacity 100, replay_shards says 7"
+    ):
+        check_record(str(tmp_path), {"replay_p0": [{"size": 10, "capacity": 100}, {"size": 7, "capacity": 100}]})
+    with pytest.raises(ConfigError, match=r"replay_shards names '\.\./x', which is no replay_<policy> directory"):
+        check_record(str(tmp_path), {"../x": []})
