@@ -25,7 +25,7 @@ def make_replay(config: Any, samples_per_insert: float | None = None, error_buff
     """The replay shards, splitting ``buffer_size`` evenly; a rate limiter if ``samples_per_insert`` is set."""
     return ReplayShards(
         config.num_replay_shards,
-        capacity=-(-config.buffer_size // config.num_replay_shards),
+        capacity=config.replay_shard_capacity,
         alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
         seed=config.seed,
         samples_per_insert=samples_per_insert,
