@@ -78,12 +78,12 @@ class R2D2Config(OffPolicyConfig):
     """The paper's importance-sampling exponent 0.6, kept throughout."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         name, length = type(self).__name__, self.burn_in + self.trace_length
-        require(
+        require(  # before the checks of use_lstm, which would name the LSTM rather than R2D2
             self.mode != "ray",
             f"{name}.mode='ray': R2D2 trains in device mode only so far (gymnax/<id> and brax/<name> envs).",
         )
+        super().__post_init__()
         require(self.use_lstm, f"{name}.use_lstm=False: R2D2's Q-network is recurrent; leave use_lstm on.")
         require(
             length % self.sequence_period == 0,
