@@ -34,8 +34,8 @@ class R2D2Config(OffPolicyConfig):
     )
     """Device mode steps ``rollout_fragment_length`` (= ``sequence_period``) steps per env
     between two replay rounds."""
-    device: DeviceConfig = param(None, factory=lambda: DeviceConfig(num_envs=16, iterations_per_call=50))
-    """16 environments, each with its own epsilon."""
+    device: DeviceConfig = param(None, factory=lambda: DeviceConfig(num_envs=16, iterations_per_call=25))
+    """16 environments, each with its own epsilon; 25 fragments (4,000 env steps) per compiled call."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
     """Adam; gradients clipped to 10."""
     use_lstm: bool = True
@@ -68,8 +68,9 @@ class R2D2Config(OffPolicyConfig):
     """Sequences kept (the oldest are overwritten)."""
     learning_starts: int = param(200, NON_NEGATIVE)
     """Sequences in the buffer before replay starts."""
-    samples_per_insert: float = param(2.0, POSITIVE)
-    """Replay ratio: trained steps (``trace_length`` per sequence) per env step sampled."""
+    samples_per_insert: float = param(32.0, POSITIVE)
+    """Replay ratio: trained steps (``trace_length`` per sequence) per env step sampled; 32
+    makes 10 SGD steps of 32 sequences per fragment of 16 envs x 10 steps."""
     target_update_period: int = param(100, POSITIVE)
     """SGD steps between two copies of the target network (the paper's 2500)."""
     prioritized_replay_alpha: float = param(0.9, NON_NEGATIVE)
