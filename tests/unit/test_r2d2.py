@@ -178,7 +178,11 @@ def test_sequence_replay_stores_each_step_once_with_overlapping_sequences_and_th
 
     state = buffer.init(jax.eval_shape(lambda: frag(0)), 4)
     assert state.steps["obs"].shape == (6, B, 1) and state.priorities.shape == (3, B)  # each step once
-    add = jax.jit(buffer.add)
+    add, sample, update = (
+        jax.jit(buffer.add),
+        jax.jit(buffer.sample, static_argnums=2),
+        jax.jit(buffer.update_priorities),
+    )
     sizes, filled = [], []
     for i in range(4):
         state = add(state, frag(i), 0.9)
@@ -189,8 +193,8 @@ def test_sequence_replay_stores_each_step_once_with_overlapping_sequences_and_th
     assert filled == [[False] * 3, [True, False, False], [True, True, False], [False, True, True]]
 
     # The live sequences start at blocks 1 (slot 1: steps 2-5) and 2 (slot 2: steps 4-7, 6-7 in slot 0).
-    state = buffer.update_priorities(state, jnp.array([2, 3, 4, 5]), jnp.array([1.0, 1.0, 1.0, 1.0]), 0.9)
-    seqs, slots, weights = buffer.sample(state, jax.random.PRNGKey(0), 8, 0.6)
+    state = update(state, jnp.array([2, 3, 4, 5]), jnp.array([1.0, 1.0, 1.0, 1.0]), 0.9)
+    seqs, slots, weights = sample(state, jax.random.PRNGKey(0), 8, 0.6)
     for s, slot in enumerate(np.asarray(slots)):
         block, env = divmod(int(slot), B)
         first = {1: 2, 2: 4}[block]  # the oldest step of each live sequence
@@ -201,8 +205,8 @@ def test_sequence_replay_stores_each_step_once_with_overlapping_sequences_and_th
         np.testing.assert_array_equal(seqs["episode_starts"][s], [t == 3 and env == 1 for t in range(first, first + 4)])
     assert {int(s) // B for s in np.asarray(slots)} == {1, 2} and np.allclose(weights, 1.0)
     # Priority 4 for env 0's sequence at slot 1: weight (4^0.9 / 1)^-0.6 when drawn, max priority 4 for new ones.
-    state = buffer.update_priorities(state, jnp.array([2]), jnp.array([4.0]), 0.9)
-    _, slots, weights = buffer.sample(state, jax.random.PRNGKey(1), 8, 0.6)
+    state = update(state, jnp.array([2]), jnp.array([4.0]), 0.9)
+    _, slots, weights = sample(state, jax.random.PRNGKey(1), 8, 0.6)
     np.testing.assert_allclose(weights, np.where(np.asarray(slots) == 2, 4.0 ** (-0.9 * 0.6), 1.0), rtol=1e-6)
     assert float(state.max_priority) == 4.0
 
