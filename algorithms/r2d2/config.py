@@ -38,6 +38,8 @@ class R2D2Config(OffPolicyConfig):
     """16 environments, each with its own epsilon; 25 fragments (4,000 env steps) per compiled call."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
     """Adam; gradients clipped to 10."""
+    env: str = "jaxflow/StatelessCartPole-v1"
+    """Environment id (a JAX env: R2D2 trains in device mode), see `jaxflow list`."""
     use_lstm: bool = True
     """R2D2's Q-network is recurrent (always on)."""
     hidden_sizes: tuple[int, ...] = (64,)
