@@ -121,11 +121,9 @@ def test_sequence_loss_with_burn_in_and_resets_equals_the_numpy_computation(jit)
     params, target_params = POLICY.init(jax.random.PRNGKey(0)), POLICY.init(jax.random.PRNGKey(1))
     batch = sequences()
     fn = functools.partial(r2d2.loss, policy=POLICY, config=CONFIG)
-    if jit:
-        total, metrics = jax.jit(fn)(params, batch, jax.random.PRNGKey(2), target_params)
-    else:  # every scan a Python loop, every op run as it comes
-        with jax.disable_jit():
-            total, metrics = fn(params, batch, jax.random.PRNGKey(2), target_params)
+    # Not jitted, every op outside the unrolls' scans runs as it comes (disable_jit, which runs
+    # the scans as Python loops too, costs 1.6 times the CPU time here).
+    total, metrics = (jax.jit(fn) if jit else fn)(params, batch, jax.random.PRNGKey(2), target_params)
     expected_loss, expected_priorities = hand_loss(params, target_params, batch)
     np.testing.assert_allclose(float(total), expected_loss, rtol=1e-4)  # float32 against float64
     np.testing.assert_allclose(metrics["td_error"], expected_priorities, rtol=1e-4)
