@@ -32,6 +32,7 @@ import gymnasium
 
 from jaxflow.envs.brax_envs import BRAX_PREFIX, brax_names, make_brax
 from jaxflow.envs.flatten import flatten_observations
+from jaxflow.envs.jax_libraries import Family
 from jaxflow.envs.jax_library_adapters import FAMILIES, family_of, installed, library_ids, make_library_env
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def entry(env_id: str) -> EnvEntry:
     raise UnknownEnvError(f"Unknown environment {env_id!r}.{hint} Run `jaxflow list` to see every id.")
 
 
-def _library_entry(env_id: str, family: Any) -> EnvEntry:
+def _library_entry(env_id: str, family: Family) -> EnvEntry:
     try:
         ids = library_ids(family)
     except ImportError as e:  # the library is not installed: say which extra installs it
