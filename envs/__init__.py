@@ -11,6 +11,7 @@ from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
 from jaxflow.envs.brax_envs import BRAX_PREFIX, BraxConfigError, BraxEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
+from jaxflow.envs.jax_libraries import JaxLibraryConfigError, LibraryEnv
 from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
 from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
 from jaxflow.envs.multiagent import (
@@ -63,6 +64,8 @@ __all__ = [
     "EnvSpaceError",
     "FlatMaskedObservation",
     "FlatObservation",
+    "JaxLibraryConfigError",
+    "LibraryEnv",
     "MaskedBox",
     "MaskedChoice",
     "MultiAgentEnvError",

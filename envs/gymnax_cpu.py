@@ -1,8 +1,8 @@
 """A gymnax (JAX) environment behind the gymnasium API, so CPU rollout workers can run it
 (and a Brax one, which :mod:`jaxflow.envs.brax_envs` puts behind gymnax's interface).
 
-gymnax's ``step_env`` reports natural termination only; the time limit is ``state.time``
-against ``max_steps_in_episode`` and comes back as ``truncated``, because bootstrapping on
+gymnax's ``step_env`` reports natural termination only; the time limit is the env's
+``is_truncated`` (gymnax's: ``state.time`` against ``max_steps_in_episode``) and comes back as ``truncated``, because bootstrapping on
 a time limit but not on a real termination is what makes value targets correct.
 """
 
@@ -18,9 +18,12 @@ import numpy as np
 
 
 def to_gymnasium_space(space: Any) -> gymnasium.Space:
-    """The gymnasium space of a gymnax Discrete or Box space."""
+    """The gymnasium space of a gymnax Discrete or Box space (a gymnasium space, as the JAX
+    libraries' adapters give, as it is)."""
     from gymnax.environments import spaces
 
+    if isinstance(space, gymnasium.Space):
+        return space
     if isinstance(space, spaces.Discrete):
         return gymnasium.spaces.Discrete(int(space.n))
     if isinstance(space, spaces.Box):
@@ -65,5 +68,5 @@ class GymnaxCPUEnv(gymnasium.Env):
         self._key, sub = jax.random.split(self._key)
         obs, self._state, reward, terminated, _ = self._step(self._env, sub, self._state, action, self._params)
         terminated = bool(terminated)
-        truncated = not terminated and int(self._state.time) >= int(self._params.max_steps_in_episode)
+        truncated = not terminated and bool(self._env.is_truncated(self._state, self._params))
         return np.asarray(obs, np.float32), float(reward), terminated, truncated, {}

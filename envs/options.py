@@ -77,7 +77,7 @@ def env_options(env_id: str) -> list[str] | None:
     e = entry(env_id)
     if e.kind == "gymnax":
         return _gymnax_options(e)
-    if e.kind == "brax":  # brax_envs checks its own (backend, episode_length, the env's weights)
+    if e.kind in ("brax", "jaxlib"):  # brax_envs and the JAX libraries check their own
         return None
     if custom_entry(env_id) is None:  # gymnasium's own registry
         return _gymnasium_options(env_id)

@@ -11,6 +11,9 @@ Ids come in two kinds:
   ``"brax/inverted_pendulum"``), behind gymnax's interface (:mod:`jaxflow.envs.brax_envs`),
   so ``make`` and ``make_cpu`` treat them as gymnax ids; ``env_config`` picks the
   ``backend`` (physics pipeline) and ``episode_length``.
+* ``"jaxlib"`` -- the JAX libraries' environments, ``"craftax/<name>"``, ``"xminigrid/<name>"``,
+  ``"navix/<name>"`` and ``"jumanji/<name>"``, behind gymnax's interface
+  (:mod:`jaxflow.envs.jax_libraries`); each library is imported when one of its ids is used.
 
 A third kind, ``"multiagent"``, holds environments following PettingZoo's Parallel API
 (``pettingzoo.ParallelEnv``), created with ``make_multiagent`` and stepped by
@@ -29,12 +32,14 @@ import gymnasium
 
 from jaxflow.envs.brax_envs import BRAX_PREFIX, brax_names, make_brax
 from jaxflow.envs.flatten import flatten_observations
+from jaxflow.envs.jax_libraries import Family
+from jaxflow.envs.jax_library_adapters import FAMILIES, family_of, installed, library_ids, make_library_env
 
 if TYPE_CHECKING:
     from pettingzoo import ParallelEnv
 
 GYMNAX_PREFIX = "gymnax/"
-JAX_KINDS = ("gymnax", "brax")
+JAX_KINDS = ("gymnax", "brax", "jaxlib")
 """The kinds written in JAX: ``make`` returns ``(env, env_params)`` with gymnax's interface."""
 
 
@@ -62,7 +67,7 @@ class EnvKindError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class EnvEntry:
     id: str
-    kind: Literal["gymnasium", "gymnax", "brax", "multiagent"]
+    kind: Literal["gymnasium", "gymnax", "brax", "jaxlib", "multiagent"]
     factory: Callable[..., Any]
     description: str = ""
 
@@ -153,8 +158,13 @@ def _brax_ids() -> list[str]:
     return [BRAX_PREFIX + name for name in brax_names()]
 
 
+def _library_ids() -> list[str]:
+    """The ids of every JAX library installed here (importing them: seconds)."""
+    return [i for f in FAMILIES if installed(f) for i in library_ids(f)]
+
+
 def list_envs(kind: str | None = None) -> list[str]:
-    """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax", "brax" or "multiagent"."""
+    """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax", "brax", "jaxlib" or "multiagent"."""
     ids: list[str] = []
     if kind in (None, "gymnasium"):
         ids += list(gymnasium.registry.keys()) + [i for i, e in _EXTRA.items() if e.kind == "gymnasium"]
@@ -162,6 +172,8 @@ def list_envs(kind: str | None = None) -> list[str]:
         ids += _gymnax_ids() + [i for i, e in _EXTRA.items() if e.kind == "gymnax"]
     if kind in (None, "brax"):
         ids += _brax_ids()
+    if kind in (None, "jaxlib"):
+        ids += _library_ids()
     if kind in (None, "multiagent"):
         ids += list(_MULTIAGENT)
     return sorted(set(ids))
@@ -179,9 +191,25 @@ def entry(env_id: str) -> EnvEntry:
         return EnvEntry(env_id, "brax", make_brax)
     if env_id in gymnasium.registry:
         return EnvEntry(env_id, "gymnasium", _gymnasium_factory(env_id))
-    close = difflib.get_close_matches(env_id, list_envs(), n=5, cutoff=0.5)
+    family = family_of(env_id)
+    if family is not None:
+        return _library_entry(env_id, family)
+    # Not the libraries' ids: importing them all would take seconds for a typo.
+    known = [i for kind in ("gymnasium", "gymnax", "brax", "multiagent") for i in list_envs(kind)]
+    close = difflib.get_close_matches(env_id, known, n=5, cutoff=0.5)
     hint = f" Did you mean one of {close}?" if close else ""
     raise UnknownEnvError(f"Unknown environment {env_id!r}.{hint} Run `jaxflow list` to see every id.")
+
+
+def _library_entry(env_id: str, family: Family) -> EnvEntry:
+    try:
+        ids = library_ids(family)
+    except ImportError as e:  # the library is not installed: say which extra installs it
+        raise UnknownEnvError(f"Environment {env_id!r}: {e}") from None
+    if env_id in ids:
+        return EnvEntry(env_id, "jaxlib", make_library_env)
+    close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.5)
+    raise UnknownEnvError(f"Unknown environment {env_id!r}. Did you mean one of {close or ids[:5]}?")
 
 
 def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:

@@ -20,7 +20,7 @@ from jaxflow.config.fields import ConfigError
 DISTRIBUTION = "jaxflow-rl"
 """The name jaxflow is installed under (``pip install jaxflow-rl``)."""
 
-ENV_KINDS = ("gymnasium", "gymnax", "brax", "multiagent")
+ENV_KINDS = ("gymnasium", "gymnax", "brax", "jaxlib", "multiagent")
 """The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
 
 IMPORT_FLAG = {

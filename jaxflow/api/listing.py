@@ -3,7 +3,8 @@ with its spaces and the algorithms that fit them.
 
 By default only what a new user should reach for: the newest version of each gymnasium id
 that can be made here (not the raw-frame Atari ids, which ``ALE/<Game>-v5`` preprocesses, and
-not ids whose dependencies are missing), the ``ALE/`` games as one line, gymnax, Brax and the
+not ids whose dependencies are missing), the ``ALE/`` games as one line, gymnax, Brax, the JAX
+libraries (craftax, xminigrid, navix, jumanji: one line each, its example made) and the
 multi-agent games. ``--all`` lists every id, with why the hidden ones are hidden.
 """
 
@@ -33,6 +34,8 @@ from jaxflow.api.registry import (
 from jaxflow.api.spaces import check_spaces
 from jaxflow.api.spec import ACTION_SPACES
 from jaxflow.config.fields import ConfigError
+from jaxflow.envs.jax_libraries import EXTRA, Family
+from jaxflow.envs.jax_library_adapters import FAMILIES, installed, library_ids
 
 ALE_EXAMPLE = "ALE/Pong-v5"
 """The game whose spaces stand for every ``ALE/<Game>-v5`` id (84x84 frames, Discrete actions)."""
@@ -93,6 +96,8 @@ def fitting_algorithms(env_id: str, obs: gymnasium.Space, action: gymnasium.Spac
 
 def env_rows(kind: str, everything: bool = False) -> list[EnvRow]:
     """The rows of one kind of environment (see the module's docstring for what is hidden)."""
+    if kind == "jaxlib":
+        return [row for family in FAMILIES for row in _family_rows(family, everything)]
     ids = envs.list_envs(kind)
     if kind == "multiagent":
         return [EnvRow(i, algorithms=tuple(multiagent_algorithms())) for i in ids]
@@ -111,6 +116,19 @@ def env_rows(kind: str, everything: bool = False) -> list[EnvRow]:
         row = _probe(env_id) if kind != "brax" else EnvRow(env_id, algorithms=_box_device())
         rows += [row] if everything or not row.hidden else []
     return rows
+
+
+def _family_rows(family: Family, everything: bool) -> list[EnvRow]:
+    """A JAX library as one line (its example made for the spaces, which differ between its
+    envs; ``--all``: every id, unmade), or, where it is not installed, why (``--all`` only)."""
+    if not installed(family):
+        return [
+            EnvRow(f"{family.prefix}<name>", hidden=f"not installed: pip install 'jaxflow-rl[{EXTRA}]'")
+        ] * everything
+    ids = library_ids(family)
+    example = _probe(family.prefix + family.example)
+    rows = [example._replace(id=f"{family.prefix}<name> ({len(ids)} envs, e.g. {example.id})")]
+    return rows + [EnvRow(i) for i in ids if everything]
 
 
 def _hidden_reason(env_id: str, ids: list[str]) -> str:

@@ -21,6 +21,7 @@ def env_spaces(config: Any, spec: AlgorithmSpec) -> tuple[gymnasium.Space, gymna
     except (
         envs.BraxConfigError,
         envs.EnvOptionError,
+        envs.JaxLibraryConfigError,
     ) as e:  # a bad backend or episode_length: one line, exit status 2 in the CLI
         raise ConfigError(str(e)) from None
     spaces = env.observation_space, env.action_space
