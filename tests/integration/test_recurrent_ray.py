@@ -22,7 +22,8 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
     policy over each from its ``policy_state``, reset at its ``episode_starts``, gives the
     sampled log-probabilities and values to 1e-5; the state it ends in is the next fragment's
     start state, and episodes start inside the fragments. ``compute_actions`` returns the state
-    its greedy step reached and takes it back."""
+    its greedy step reached and takes it back; the learner's warm-up compiled the update for
+    the sequence batch training then gives it."""
     algo = Algorithm.build(
         "PPO", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, lstm_size=LSTM, hidden_sizes=(16,),
         num_workers=1, num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B,
@@ -51,5 +52,7 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
         want_state, want_again = policy.greedy_step(params, want_state, jnp.asarray(obs[1:]))
         assert [actions[0], again[0]] == [int(want[0]), int(want_again[0])]
         assert [s.shape for s in carried] == [(1, LSTM)] * 2
+        algo.train()  # on 4 sequences, in minibatches of one
+        assert algo.learner._update._cache_size() == 1  # warmed up on the sequence batch training sees
     finally:
         algo.stop()
