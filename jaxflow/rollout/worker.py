@@ -186,6 +186,10 @@ class RolloutWorker:
         discount set to 0, so returns bootstrap from the value on a time limit but
         not on a real termination, and learners need no extra field for it.
 
+        A recurrent policy's fragment also holds ``episode_starts [T, B]`` and
+        ``policy_state``, each env's state at the first step (see :class:`EnvMemory`); its
+        values, bootstrap value and truncation values read the state each episode reached.
+
         With ``sample_async`` the fragment was stepped by a background thread, which starts
         on the next one before this one is postprocessed, encoded and returned; its
         ``timing`` is then the thread's.
