@@ -56,3 +56,20 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
         assert algo.learner._update._cache_size() == 1  # warmed up on the sequence batch training sees
     finally:
         algo.stop()
+
+
+def test_impala_trains_a_recurrent_policy_from_ray_workers_fragments(ray_local):
+    """IMPALA's path (fragments through the feeding thread to the learner thread, V-trace on
+    the unrolled policy) takes a recurrent policy's fragments and trains on them."""
+    algo = Algorithm.build(
+        "IMPALA", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, lstm_size=LSTM, hidden_sizes=(16,),
+        num_workers=1, num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B,
+        min_env_steps_per_iteration=4 * T * B, env_config={"max_steps_in_episode": EPISODE}, seed=0,
+    )  # fmt: skip
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    learner = result["learner"]
+    assert result["num_updates"] >= 1 and np.isfinite([learner["policy_loss"], learner["value_loss"]]).all()
+    assert 0.0 < learner["entropy"] <= np.log(2) + 1e-6
