@@ -21,7 +21,7 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
     """Three consecutive fragments of one Ray worker (2 envs, 7-step episodes): unrolling the
     policy over each from its ``policy_state``, reset at its ``episode_starts``, gives the
     sampled log-probabilities and values to 1e-5; the state it ends in is the next fragment's
-    start state, and episodes start inside the fragments. ``compute_actions`` returns the state
+    start state, from which its last value target bootstraps, and episodes start inside the fragments. ``compute_actions`` returns the state
     its greedy step reached and takes it back; the learner's warm-up compiled the update for
     the sequence batch training then gives it."""
     algo = Algorithm.build(
@@ -35,7 +35,7 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
         policy, params = algo.policy, algo.learner.get_weights()  # the weights the worker acted with
         first = fragments[0].data
         assert all(float(np.abs(s).max()) == 0.0 for s in first["policy_state"]) and first["episode_starts"][0].all()
-        state = first["policy_state"]
+        state, previous, bootstrapped = first["policy_state"], None, 0
         for fragment in fragments:
             data = fragment.data
             for s, want in zip(data["policy_state"], state, strict=True):  # carried across fragments
@@ -43,8 +43,17 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
             inputs, values, flat = policy_outputs(policy, params, fragment.train_arrays())
             np.testing.assert_allclose(policy.distribution.log_prob(inputs, flat["actions"]), flat["logp"], atol=1e-5)
             np.testing.assert_allclose(values, flat["values"], atol=1e-5)
+            if previous is not None:  # its last value bootstrapped from the state its episodes reached
+                on = ~data["episode_starts"][0]  # episodes going on into this fragment
+                v = policy.value_after(params, state, jnp.asarray(data["obs"][0]))
+                # GAE's last target: reward 1 (CartPole) + gamma * the bootstrap value.
+                want = 1.0 + algo.config.gamma * np.asarray(v)
+                np.testing.assert_allclose(previous["value_targets"][-1][on], want[on], atol=1e-4)
+                bootstrapped += int(on.sum())
             state, _, _ = policy.unroll(params, data["policy_state"], data["obs"], data["episode_starts"])
             assert data["episode_starts"][1:].sum() >= B  # at least one reset inside per env
+            previous = data
+        assert bootstrapped > 0
         obs = np.asarray(fragments[-1].data["obs"][:2, 0])  # two steps of one episode
         actions, carried = algo.compute_actions(obs[:1])
         again, _ = algo.compute_actions(obs[1:], state=carried)
