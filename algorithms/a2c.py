@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import chex
 import jax
@@ -32,7 +32,7 @@ from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps
 from jaxflow.policies import Policy
-from jaxflow.policies.sequences import SEQUENCE_FIELDS
+from jaxflow.policies.sequences import SEQUENCE_FIELDS, policy_outputs
 
 Array = jax.Array
 
@@ -43,6 +43,7 @@ class A2CConfig(CommonConfig):
 
     on_policy = True
     learner_group = True
+    recurrent_modes: ClassVar[tuple[str, ...]] = ("ray",)
     loss_fields = ("vf_coef", "ent_coef")
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=16))
@@ -93,9 +94,10 @@ def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
 def loss(
     params: Any, batch: Mapping[str, Array], rng: Array, *, policy: Policy, config: Any
 ) -> tuple[Array, dict[str, Array]]:
-    """Advantage actor-critic loss on a flat batch: policy gradient + value regression - entropy."""
+    """Advantage actor-critic loss on a flat batch (a recurrent policy's: on whole sequences,
+    see :func:`~jaxflow.policies.sequences.policy_outputs`): policy gradient + value regression - entropy."""
     del rng
-    inputs, v = policy.apply(params, batch["obs"])
+    inputs, v, batch = policy_outputs(policy, params, batch)
     chex.assert_equal_shape([v, batch["value_targets"]])
     dist = policy.distribution
     pg_loss = -jnp.mean(dist.log_prob(inputs, batch["actions"]) * jax.lax.stop_gradient(batch["advantages"]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import numpy as np
@@ -50,6 +50,7 @@ class DDPPOConfig(PPOConfig):
     global minibatch, split over the members."""
 
     learner_group = False  # no learners: the workers learn
+    recurrent_modes: ClassVar[tuple[str, ...]] = ()  # its members step feed-forward policies
 
     def __post_init__(self) -> None:
         super().__post_init__()

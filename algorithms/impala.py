@@ -1,6 +1,8 @@
 """IMPALA (Espeholt et al., 2018, "IMPALA: Scalable Distributed Deep-RL with Importance
 Weighted Actor-Learner Architectures"): actors sample with possibly stale weights, and a
-learner thread corrects for the lag with V-trace off-policy targets.
+learner thread corrects for the lag with V-trace off-policy targets. With ``use_lstm`` (Ray
+mode) the loss unrolls the recurrent policy over each fragment from the state it started
+from, reset where episodes start (:mod:`jaxflow.policies.sequences`), as the paper's agents do.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from jaxflow.config import OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
 from jaxflow.policies import Policy
+from jaxflow.policies.sequences import SEQUENCE_FIELDS, STARTS_FIELD, STATE_FIELD
 from jaxflow.replay.stacks import encode_stacks
-from jaxflow.rollout.batch import PER_ENV_FIELDS
+from jaxflow.rollout import batch as fragments
 
 Array = jax.Array
 
@@ -44,6 +47,7 @@ class IMPALAConfig(CommonConfig):
     """IMPALA settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
     loss_fields: ClassVar[tuple[str, ...]] = ("vf_coef", "ent_coef")
+    recurrent_modes: ClassVar[tuple[str, ...]] = ("ray",)
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`); 32-step fragments, over which V-trace runs."""
@@ -108,8 +112,9 @@ def vtrace(
 
 
 def postprocess(traj: Mapping[str, Array], config: Any) -> dict[str, Array]:
-    """Worker-side: keeps what V-trace needs; the behaviour policy travels as ``log mu(a|x)``."""
-    keep = ("obs", "actions", "logp", "rewards", "discounts", "last_obs")
+    """Worker-side: keeps what V-trace needs (and a recurrent policy's sequence fields); the
+    behaviour policy travels as ``log mu(a|x)``."""
+    keep = ("obs", "actions", "logp", "rewards", "discounts", "last_obs", *(k for k in SEQUENCE_FIELDS if k in traj))
     return {k: traj[k] for k in keep}
 
 
@@ -144,21 +149,40 @@ def batch_major(data: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
     sequences along the leading axis, ``[B, T, ...]``, so the learner can shard and split
     the batch by sequence; the loss turns it back to time-major."""
     del config
-    return {k: v if k in PER_ENV_FIELDS else v.swapaxes(0, 1) for k, v in data.items()}
+    return fragments.batch_major(data)
+
+
+def unrolled_outputs(params: Any, batch: Mapping[str, Array], policy: Policy) -> tuple[Array, Array]:
+    """A recurrent policy's time-major distribution inputs ``[T, B, D]`` and values ``[T + 1, B]``:
+    unrolled over each sequence from its stored ``policy_state``, reset where episodes start,
+    and the value of the observation after the fragment from the state the sequence reached."""
+    obs, starts = jnp.swapaxes(batch["obs"], 0, 1), jnp.swapaxes(batch[STARTS_FIELD], 0, 1)
+    state, inputs, values = policy.unroll(params, batch[STATE_FIELD], obs, starts)
+    last = policy.value_after(params, state, batch["last_obs"])
+    return inputs, jnp.concatenate([values, last[None]])
+
+
+def applied_outputs(params: Any, batch: Mapping[str, Array], policy: Policy) -> tuple[Array, Array]:
+    """A feed-forward policy's time-major distribution inputs ``[T, B, D]`` and values
+    ``[T + 1, B]``: one ``apply`` on every observation and the one after the fragment."""
+    if "frames" in batch:
+        all_obs = rebuild_stacks(batch["frames"], batch["stack_index"])
+    else:
+        all_obs = jnp.concatenate([batch["obs"], batch["last_obs"][:, None]], axis=1)
+    B, T1 = all_obs.shape[:2]
+    inputs, values = policy.apply(params, all_obs.reshape((B * T1,) + all_obs.shape[2:]))
+    # Time-major, the step after the fragment dropped.
+    inputs = jnp.swapaxes(inputs.reshape(B, T1, -1), 0, 1)[:-1]
+    return inputs, jnp.swapaxes(values.reshape(B, T1), 0, 1)
 
 
 def evaluate_sequences(params: Any, batch: Mapping[str, Array], policy: Policy) -> tuple[Array, Array, Array]:
     """Time-major ``logp(a_t|x_t)``, entropy ``[T, B]`` under ``params`` and values ``[T + 1, B]``
     (the last is the bootstrap value of the observation after the fragment)."""
-    if "frames" in batch:
-        all_obs = rebuild_stacks(batch["frames"], batch["stack_index"])
-    else:
-        all_obs = jnp.concatenate([batch["obs"], batch["last_obs"][:, None]], axis=1)
     B, T = batch["actions"].shape[:2]
-    inputs, values = policy.apply(params, all_obs.reshape((B * (T + 1),) + all_obs.shape[2:]))
-    # Time-major, the step after the fragment dropped, flat for the distribution: [T * B, D].
-    inputs = jnp.swapaxes(inputs.reshape(B, T + 1, -1), 0, 1)[:-1].reshape(T * B, -1)
-    values = jnp.swapaxes(values.reshape(B, T + 1), 0, 1)
+    outputs = unrolled_outputs if policy.recurrent else applied_outputs
+    inputs, values = outputs(params, batch, policy)
+    inputs = inputs.reshape(T * B, -1)  # flat for the distribution
     actions = jnp.swapaxes(batch["actions"], 0, 1).reshape(T * B, *batch["actions"].shape[2:])
     dist = policy.distribution
     return dist.log_prob(inputs, actions).reshape(T, B), dist.entropy(inputs).reshape(T, B), values

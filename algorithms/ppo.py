@@ -1,6 +1,6 @@
 """PPO: proximal policy optimization with the clipped surrogate objective (Schulman et
 al., 2017, "Proximal Policy Optimization Algorithms"), GAE advantages, optional value
-clipping, and minibatch epochs. With ``use_lstm`` (device mode) the policy is recurrent: the
+clipping, and minibatch epochs. With ``use_lstm`` (device or Ray mode) the policy is recurrent: the
 loss unrolls it over each fragment's sequences from their stored start states, and
 minibatches hold whole sequences (:mod:`jaxflow.policies.sequences`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import chex
 import jax
@@ -49,7 +49,7 @@ class PPOConfig(CommonConfig):
 
     on_policy = True
     learner_group = True
-    recurrent_modes = ("device",)
+    recurrent_modes: ClassVar[tuple[str, ...]] = ("device", "ray")
     loss_fields = ("clip_eps", "vf_clip", "vf_coef", "ent_coef")
 
     rollout: RolloutConfig = param(

@@ -119,7 +119,13 @@ class MultiAgentConfig(StrictKeywords):
             f"MultiAgentConfig.policies[{pid!r}].config sets {clash}, which the run's workers share; "
             "set them at the top level of the multi-agent config.",
         )
-        return make_config(spec.config_cls, **own, **shared)
+        config = make_config(spec.config_cls, **own, **shared)
+        require(
+            not config.use_lstm,
+            f"MultiAgentConfig.policies[{pid!r}]: use_lstm=True is not supported in multi-agent runs yet "
+            "(their workers step feed-forward policies).",
+        )
+        return config
 
 
 WORKER_FIELDS = ("env", "env_config", "seed", "rollout", "metrics_num_episodes")

@@ -156,22 +156,39 @@ class Algorithm:
         agents in one run, the policy of agent ``member``)."""
         return self.program.evaluate(episodes, seed, member)
 
-    def compute_actions(self, observations: Any, member: int = 0) -> np.ndarray:
+    def compute_actions(self, observations: Any, member: int = 0, state: Any = None) -> Any:
         """The greedy policy's actions for a batch of observations ``[B, *obs]``, as the env
         takes them (what :meth:`evaluate` plays), from the run's current weights (with several
         agents in one device-mode run, those of agent ``member``).
 
+        A recurrent policy (``use_lstm``) returns ``(actions, state)``: pass that state back
+        with the next observations of the same ``B`` episodes; ``state=None`` starts ``B`` new
+        episodes (the zero state). A feed-forward policy returns the actions alone and takes no state.
+
         >>> algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=0)  # doctest: +SKIP
         >>> algo.compute_actions(np.zeros((2, 4), np.float32))              # doctest: +SKIP
         array([0, 0])
+        >>> actions, state = lstm_algo.compute_actions(obs)                  # doctest: +SKIP
+        >>> actions, state = lstm_algo.compute_actions(next_obs, state=state)  # doctest: +SKIP
         """
         policy, params, normalizer = acting_parts(self.program, member)
+        if state is not None and not policy.recurrent:
+            raise ValueError("compute_actions takes a state only for a recurrent policy (use_lstm=True).")
         if self._greedy is None:
-            self._greedy = jax.jit(policy.greedy)
+            self._greedy = jax.jit(policy.greedy_step if policy.recurrent else policy.greedy)
         obs = np.asarray(observations)
         if obs.shape[1:] != policy.obs_shape:
             raise ValueError(f"compute_actions takes observations [B, *{policy.obs_shape}], got shape {obs.shape}.")
-        return greedy_env_actions(self.config, policy, self._greedy, params, obs, normalizer)
+        if not policy.recurrent:
+            return greedy_env_actions(self.config, policy, self._greedy, params, obs, normalizer)
+        carried = [policy.initial_state(len(obs)) if state is None else state]
+
+        def act(p: Any, x: Any) -> Any:
+            carried[0], actions = self._greedy(p, carried[0], x)
+            return actions
+
+        actions = greedy_env_actions(self.config, policy, act, params, obs, normalizer)
+        return actions, jax.device_get(carried[0])
 
     def stop(self) -> None:
         """Stops the run's background threads and actors."""

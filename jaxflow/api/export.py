@@ -35,6 +35,7 @@ import numpy as np
 from jaxflow.api.algorithm import find_checkpoint, load_policy
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.spaces import env_spaces
+from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.normalize import Moments, Normalizer, normalize_observations
@@ -94,6 +95,11 @@ def export_policy(checkpoint: str, out: str) -> str:
     returns ``out``."""
     ckpt, meta = find_checkpoint(checkpoint)
     config, policy, params, normalizer = load_policy(ckpt)
+    if policy.recurrent:
+        raise ConfigError(
+            f"export: {ckpt} holds a recurrent policy (use_lstm), whose actions depend on a state this "
+            "format does not carry yet; play it with Algorithm.restore(...).compute_actions(obs, state=...) or jaxflow evaluate."
+        )
     obs_space, action_space = env_spaces(config, get_algorithm(meta["algorithm"]))
     flat = _data(params, normalizer)
     obs = jax.ShapeDtypeStruct(

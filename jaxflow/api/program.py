@@ -108,10 +108,12 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
         )
         raise ConfigError(f"{name}.mode='device' is not possible: {why}. Allowed: 'ray' or 'auto'.")
     mode = "device" if config.mode == "device" or (config.mode == "auto" and can_device) else "ray"
-    if config.use_lstm and mode not in type(config).recurrent_modes:
+    modes = type(config).recurrent_modes
+    if config.use_lstm and mode not in modes:
+        hint = "set mode='ray'" if "ray" in modes else "device mode runs gymnax/<id> and brax/<name> envs"
         raise ConfigError(
-            f"{name}.use_lstm=True: recurrent policies train in {' or '.join(type(config).recurrent_modes)} mode "
-            f"only so far, and {config.env!r} runs in {mode} mode (device mode runs gymnax/<id> and brax/<name> envs)."
+            f"{name}.use_lstm=True: {spec.name}'s recurrent policies train in {' or '.join(modes)} mode only so far, "
+            f"and {config.env!r} runs in {mode} mode ({hint})."
         )
     if mode == "ray" and (config.device.num_seeds > 1 or config.device.sweep or config.device.pbt):
         raise ConfigError(

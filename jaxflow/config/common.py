@@ -10,6 +10,9 @@ from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import StrictKeywords, field_type, flat_names, is_field, replace_config, resolve
 from jaxflow.config.schedules import float_fields, perturbable, validate_schedules
 
+RECURRENT_SUPPORT = "PPO (device and Ray mode), A2C, IMPALA and APPO (Ray mode), and R2D2 (device mode)"
+"""Where ``use_lstm`` trains, as a refusal names it (each config's ``recurrent_modes``)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class CommonConfig(StrictKeywords):
@@ -114,7 +117,7 @@ class CommonConfig(StrictKeywords):
         require(
             bool(modes),
             f"{name}.use_lstm=True: {name.removesuffix('Config')} has no recurrent policy yet; "
-            "use_lstm is supported by PPO in device mode.",
+            f"use_lstm is supported by {RECURRENT_SUPPORT}.",
         )
         require(
             self.mode == "auto" or self.mode in modes,
@@ -123,6 +126,10 @@ class CommonConfig(StrictKeywords):
         require(
             self.model is None,
             f"{name}.use_lstm=True builds jaxflow's LSTM network; it cannot be combined with model={self.model!r} yet.",
+        )
+        require(
+            self.num_learners == 1,
+            f"{name}.use_lstm=True trains with one learner so far, not num_learners={self.num_learners}.",
         )
 
     def _validate_sweep(self) -> None:

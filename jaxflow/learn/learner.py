@@ -149,7 +149,7 @@ class Learner:
         """Places a flat host batch on the devices, sharded along its leading axis. On a mesh
         of several processes' devices (a :class:`~jaxflow.learn.group.LearnerGroup`'s) the
         batch is this process's rows, and the global batch their concatenation in process order."""
-        n = len(next(iter(batch.values())))
+        n = len(jax.tree.leaves(batch)[0])
         local = [d for d in self.devices if d.process_index == jax.process_index()]
         if n % len(local):
             raise ValueError(
@@ -172,7 +172,7 @@ class Learner:
     def _run(
         self, state: TrainState, device_batch: dict[str, jax.Array], fraction: float | None = None
     ) -> tuple[TrainState, dict[str, Any]]:
-        n = len(next(iter(device_batch.values())))
+        n = len(jax.tree.leaves(device_batch)[0])
         mb = _check_minibatch(n, self._minibatch_size)
         if self._loop is None:
             self._loop = "host" if self._convolutional_on_cpu(state, device_batch, mb) else "scan"
@@ -200,7 +200,7 @@ class Learner:
         """One SGD update (all epochs and minibatches) on a flat host batch; returns mean
         metrics as floats and per-sample metrics as numpy arrays."""
         device_batch = self.put_batch(batch)
-        n = len(next(iter(device_batch.values())))
+        n = len(jax.tree.leaves(device_batch)[0])
         steps = self._num_epochs * (n // (self._minibatch_size or n))
         with self._lock:
             fraction = self._target_fraction_due(steps)

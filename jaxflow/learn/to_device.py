@@ -137,11 +137,11 @@ def _transfer(
     learner: Learner, to_host: Callable[[Any], Mapping[str, np.ndarray]], stats: dict[str, Any], items: list[Any]
 ) -> list[DeviceBatch]:
     """One ``device_put`` of ``items``' arrays, sharded along the sample axis over the learner's devices."""
-    hosts = [to_host(i) for i in items]
-    n = len(next(iter(hosts[0].values())))
+    hosts = [dict(to_host(i)) for i in items]
+    n = len(jax.tree.leaves(hosts[0])[0])
     if n % learner.num_devices:
         raise ValueError(f"ToDevice: a batch of {n} samples cannot be split evenly over {learner.num_devices} devices.")
-    nbytes = sum(v.nbytes for h in hosts for v in h.values())
+    nbytes = sum(v.nbytes for v in jax.tree.leaves(hosts))
     # One update (atomic under the GIL), so a consumer's snapshot never sees half of it.
     stats.update(bytes=stats["bytes"] + nbytes, transfers=stats["transfers"] + 1)
     if len(hosts) == 1:  # nothing to stack: no host copy, no slicing on the device
@@ -152,5 +152,5 @@ def _transfer(
         ]
     # Slices along the unsharded stack axis stay on their devices.
     stacked = NamedSharding(learner.mesh, PartitionSpec(None, "batch"))
-    data = jax.device_put({k: np.stack([h[k] for h in hosts]) for k in hosts[0]}, stacked)
-    return [DeviceBatch.of({k: v[i] for k, v in data.items()}, item) for i, item in enumerate(items)]
+    data = jax.device_put(jax.tree.map(lambda *x: np.stack(x), *hosts), stacked)
+    return [DeviceBatch.of(jax.tree.map(lambda v, i=i: v[i], data), item) for i, item in enumerate(items)]

@@ -60,6 +60,11 @@ def q_value_outputs(q: Array, legal: Array | None = None) -> tuple[Array, Array]
     return q, jnp.where(legal.any(axis=-1), q.max(axis=-1), 0.0)
 
 
+def pack(inputs: Array, value: Array) -> Array:
+    """``[B, D + 1]``: distribution inputs then value, one array for one transfer (see :func:`unpack`)."""
+    return jnp.concatenate([inputs.reshape(inputs.shape[0], -1), value[:, None]], axis=-1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """A network, how to read its output, and an action distribution.
@@ -136,8 +141,7 @@ class Policy:
     def forward_packed(self, params: Any, obs: Array, key: Array | None = None) -> Array:
         """``[B, D + 1]``: the distribution inputs, then the value, as one array, so that a
         rollout worker's step costs one compiled call and one transfer to the host."""
-        inputs, value = self.apply(params, obs, key)
-        return jnp.concatenate([inputs.reshape(inputs.shape[0], -1), value[:, None]], axis=-1)
+        return pack(*self.apply(params, obs, key))
 
     def sample_host(self, rng: np.random.Generator, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Samples actions in numpy from distribution inputs on the host (rollout workers)."""
@@ -166,6 +170,13 @@ class Policy:
         inputs, value = self.outputs(out, self.legal_actions(obs))
         return state, inputs, value
 
+    def step_packed(self, params: Any, state: Any, obs: Array, episode_starts: Array) -> tuple[Any, Array]:
+        """:meth:`step` with its output as :meth:`forward_packed`'s one ``[B, D + 1]`` array:
+        a rollout worker's step of a recurrent policy, one compiled call whose new state stays
+        on the device for the next."""
+        state, inputs, value = self.step(params, state, obs, episode_starts)
+        return state, pack(inputs, value)
+
     def unroll(self, params: Any, state: Any, obs: Array, episode_starts: Array) -> tuple[Any, Array, Array]:
         """:meth:`step` scanned over time-major ``obs [T, B, ...]`` and ``episode_starts [T, B]``
         from ``state`` (the state before the first step): ``(final state, inputs [T, B, D], values [T, B])``."""
@@ -190,10 +201,13 @@ class Policy:
         return self.step(params, state, obs, jnp.zeros(obs.shape[0], bool))[2]
 
 
-def compiled_forward(policy: Policy, seed: int) -> Callable[[Any, Any], Array]:
+def compiled_forward(policy: Policy, seed: int) -> Callable[..., Any]:
     """The compiled :meth:`Policy.forward_packed` a rollout worker acts with: a noisy policy's
     noise is drawn afresh on every call (the call's count folded into a key of ``seed``), so
-    it is resampled on every step."""
+    it is resampled on every step. A recurrent policy's is :meth:`Policy.step_packed`,
+    ``(params, state, obs, episode_starts) -> (state, packed)``."""
+    if policy.recurrent:
+        return jax.jit(policy.step_packed)
     if not policy.noisy:
         return jax.jit(policy.forward_packed)
     key = jax.random.fold_in(jax.random.PRNGKey(seed), NOISE_STREAM)

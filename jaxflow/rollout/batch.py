@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+import jax
 import numpy as np
 
+from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
 from jaxflow.replay.buffer import ReplayRows
 
 if TYPE_CHECKING:
@@ -97,7 +99,12 @@ class SampleBatch(NamedTuple):
     def replay_source(self) -> None:
         return None
 
-    def train_arrays(self) -> dict[str, np.ndarray]:
+    def train_arrays(self) -> dict[str, Any]:
+        """Flat ``[T * B, ...]`` fields; a recurrent policy's fragment (it has ``episode_starts``)
+        as ``B`` sequences ``[B, T, ...]`` with their start state, so the learner's minibatches
+        split by sequence (:mod:`jaxflow.policies.sequences`)."""
+        if STARTS_FIELD in self.data:
+            return batch_major(self.data)
         return flatten_time_major(self.data)
 
     def replay_rows(self) -> Any:
@@ -110,8 +117,11 @@ class SampleBatch(NamedTuple):
         if isinstance(batches[0].data, ReplayRows):
             data = ReplayRows.concatenate([b.data for b in batches])
         else:
-            data = {
-                k: np.concatenate([b.data[k] for b in batches], axis=0 if k in PER_ENV_FIELDS else 1)
+            data = {  # a recurrent policy's state is a pytree of [B, ...] arrays
+                k: jax.tree.map(
+                    lambda *x, k=k: np.concatenate(x, axis=0 if k in PER_ENV_FIELDS else 1),
+                    *(b.data[k] for b in batches),
+                )
                 for k in batches[0].data
             }
         return SampleBatch(
@@ -135,14 +145,22 @@ class SampleTiming(NamedTuple):
     policy_s: float
 
 
-PER_ENV_FIELDS = ("last_obs", "bootstrap_value")
-"""Fragment fields with one entry per environment (``[B, ...]``), not per step (``[T, B, ...]``)."""
+PER_ENV_FIELDS = ("last_obs", "bootstrap_value", STATE_FIELD)
+"""Fragment fields with one entry per environment (``[B, ...]``), not per step (``[T, B, ...]``):
+the observation and value after the last step, and a recurrent policy's start state (a pytree)."""
 
 
 def sum_timings(timings: Sequence[SampleTiming | None]) -> SampleTiming | None:
     """The sum of the measured timings, None if none was measured."""
     measured = [t for t in timings if t is not None]
     return SampleTiming(*map(sum, zip(*measured))) if measured else None
+
+
+def batch_major(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A fragment's fields (``[T, B, ...]``, numpy or JAX) as ``B`` sequences ``[B, T, ...]``,
+    the :data:`PER_ENV_FIELDS` (already ``[B, ...]``) as they are, so a learner shards and
+    splits the batch by sequence."""
+    return {k: v if k in PER_ENV_FIELDS else v.swapaxes(0, 1) for k, v in data.items()}
 
 
 def flatten_time_major(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -19,6 +19,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxflow.policies.policy import Policy
+from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
+
 
 class HostPostprocess:
     """A worker's ``postprocess(traj) -> dict`` compiled for the host CPU, with the fields it
@@ -93,13 +96,25 @@ class HostPostprocess:
         return {k: out[k] for k in order}
 
 
-def example_train_batch(spec: WorkerSpec, obs_space: Any, env_steps: int) -> dict[str, np.ndarray]:
-    """Zeros shaped like a flat train batch of ``env_steps`` postprocessed samples, found
-    by tracing the policy and ``postprocess`` abstractly over the shapes ``RolloutWorker.sample`` returns."""
+def _inputs_shape(policy: Policy, obs_shape: tuple[int, ...]) -> jax.ShapeDtypeStruct:
+    """The distribution inputs of one observation, found abstractly."""
+
+    def inputs() -> jax.Array:
+        params, obs = policy.init(jax.random.PRNGKey(0)), jnp.zeros((1, *obs_shape))
+        if policy.recurrent:
+            return policy.step(params, policy.initial_state(1), obs, jnp.ones(1, bool))[1]
+        return policy.apply(params, obs)[0]
+
+    return jax.eval_shape(inputs)
+
+
+def example_train_batch(spec: WorkerSpec, obs_space: Any, env_steps: int) -> dict[str, Any]:
+    """Zeros shaped like a train batch of ``env_steps`` postprocessed samples (flat; a
+    recurrent policy's as ``env_steps // rollout_fragment_length`` sequences with their start
+    state, as :meth:`~jaxflow.rollout.batch.SampleBatch.train_arrays` makes it), found by
+    tracing the policy and ``postprocess`` abstractly over the shapes ``RolloutWorker.sample`` returns."""
     cfg, policy = spec.config, spec.policy
-    inputs, _ = jax.eval_shape(
-        lambda: policy.apply(policy.init(jax.random.PRNGKey(0)), jnp.zeros((1, *obs_space.shape)))
-    )
+    inputs = _inputs_shape(policy, obs_space.shape)
     dist = policy.distribution
     T, B = cfg.rollout.rollout_fragment_length, cfg.rollout.num_envs_per_worker
 
@@ -117,6 +132,14 @@ def example_train_batch(spec: WorkerSpec, obs_space: Any, env_steps: int) -> dic
         bootstrap_value=jax.ShapeDtypeStruct((B,), np.float32),
         last_obs=jax.ShapeDtypeStruct((B,) + obs_space.shape, envs.vector.obs_dtype(obs_space)),
     )
+    if policy.recurrent:
+        traj[STARTS_FIELD] = tb(dtype=np.bool_)
     if spec.postprocess is not None:
         traj = jax.eval_shape(functools.partial(spec.postprocess, config=cfg), traj)
-    return {k: np.zeros((env_steps,) + v.shape[2:], v.dtype) for k, v in traj.items() if len(v.shape) >= 2}
+    if not policy.recurrent:
+        return {k: np.zeros((env_steps,) + v.shape[2:], v.dtype) for k, v in traj.items() if len(v.shape) >= 2}
+    n = env_steps // T
+    batch: dict[str, Any] = {k: np.zeros((n, T) + v.shape[2:], v.dtype) for k, v in traj.items() if len(v.shape) >= 2}
+    state = jax.eval_shape(lambda: policy.initial_state(n))
+    batch[STATE_FIELD] = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), state)
+    return batch

@@ -16,8 +16,10 @@ from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow import placement
 from jaxflow.dataflow.iterators import _call
 from jaxflow.policies.policy import Policy, compiled_forward, unpack
-from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, flatten_time_major
+from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
+from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming
 from jaxflow.rollout.guards import PolicyOutputError, bad_output_message, check_finite_step
+from jaxflow.rollout.memory import EnvMemory
 from jaxflow.rollout.normalize import HostNormalizer, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.sample_ahead import SampleAhead
@@ -143,6 +145,7 @@ class RolloutWorker:
         first = [env.reset() for env in self.envs]
         self.normalizer = HostNormalizer(cfg, first[0].shape[1:], sum(len(o) for o in first))
         self._obs = [self.normalizer.observe(o) for o in first]
+        self._memory = EnvMemory(self.policy, self._forward, [len(o) for o in first]) if self.policy.recurrent else None
         self.env_steps = 0
         # (params, version) as one value: a sampler thread reads both at once.
         self._weights: tuple[Any, int] = (None, -1)
@@ -183,6 +186,10 @@ class RolloutWorker:
         discount set to 0, so returns bootstrap from the value on a time limit but
         not on a real termination, and learners need no extra field for it.
 
+        A recurrent policy's fragment also holds ``episode_starts [T, B]`` and
+        ``policy_state``, each env's state at the first step (see :class:`EnvMemory`); its
+        values, bootstrap value and truncation values read the state each episode reached.
+
         With ``sample_async`` the fragment was stepped by a background thread, which starts
         on the next one before this one is postprocessed, encoded and returned; its
         ``timing`` is then the thread's.
@@ -191,11 +198,14 @@ class RolloutWorker:
             raise RuntimeError(f"rollout worker {self.index}: sample() before set_weights()")
         start = time.perf_counter()
         rollout = self._rollout() if self._ahead is None else self._ahead.take()
-        traj = rollout.traj
+        traj = dict(rollout.traj)
+        state = traj.pop(STATE_FIELD, None)  # a pytree the postprocess only passes on
         if self._postprocess is not None:
             traj = self._postprocess(traj)
         if self._encode is not None:
             traj = self._encode(traj, self.config)
+        if state is not None:
+            traj[STATE_FIELD] = state
         timing = rollout.timing
         if self._ahead is None:  # postprocessing included
             timing = timing._replace(sample_s=time.perf_counter() - start)
@@ -207,11 +217,18 @@ class RolloutWorker:
         start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
         cfg, T, n = self.config, self.config.rollout.rollout_fragment_length, self.envs[0].num_envs
         B = n * len(self.envs)
-        out = [self._forward(params, o) for o in self._obs]
+        memory = self._memory
+
+        def forward(g: int, x: np.ndarray) -> Any:
+            return self._forward(params, x) if memory is None else memory.forward(params, g, x)
+
+        out = [forward(g, o) for g, o in enumerate(self._obs)]
         dist = self.policy.distribution
         frag = empty_fragment(T, B, self._obs[0], dist, out[0].shape[1] - 1)
         obs, actions, logp, values = frag["obs"], frag["actions"], frag["logp"], frag["values"]
         rewards, discounts, dist_inputs = frag["rewards"], frag["discounts"], frag["dist_inputs"]
+        if memory is not None:  # what the learner replays each sequence from
+            frag[STATE_FIELD], frag[STARTS_FIELD] = memory.fragment_start(), np.empty((T, B), bool)
 
         def act(g: int, t: int) -> None:
             # The copies into the fragment run while the group's emulators (ALE's threads) step.
@@ -231,6 +248,8 @@ class RolloutWorker:
             cols = slice(g * n, (g + 1) * n)
             obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols] = self._obs[g], a, lp, v
             dist_inputs[t, cols] = inputs
+            if memory is not None:
+                frag[STARTS_FIELD][t, cols] = memory.starts[g]
 
         def collect(g: int, t: int) -> None:
             # The next forward pass is dispatched as soon as its observation exists, so on a GPU
@@ -240,11 +259,16 @@ class RolloutWorker:
             if cfg.rollout.check_finite:
                 check_finite_step(step.obs, step.reward, cfg.env, self.index, self.env_steps + t * B + g * n)
             next_obs = self.normalizer.observe(step.obs)
-            out[g] = self._forward(params, next_obs)
+            if memory is not None:
+                memory.advance(g, step.terminated | step.truncated)
+            out[g] = forward(g, next_obs)
 
             def final_value() -> np.ndarray:
+                final_obs = self.normalizer.normalize(step.final_obs)
                 with policy_watch:
-                    return unpack(self._forward(params, self.normalizer.normalize(step.final_obs)))[1]
+                    if memory is not None:  # from the state the ended episode reached
+                        return memory.final_values(params, g, final_obs)
+                    return unpack(self._forward(params, final_obs))[1]
 
             cols = slice(g * n, (g + 1) * n)
             reward = self.normalizer.rewards(cols, step.reward, step.terminated | step.truncated)
@@ -283,7 +307,7 @@ class RolloutWorker:
         if self._grad is None:
             raise RuntimeError(f"rollout worker {self.index}: compute_gradients() needs a WorkerSpec with the loss")
         self._key, key = jax.random.split(self._key)
-        grads, metrics = self._grad(self.params, flatten_time_major(batch.data), key)
+        grads, metrics = self._grad(self.params, batch.train_arrays(), key)
         grads, metrics = jax.device_get((grads, metrics))
         return GradientsResult(
             grads,

@@ -1,5 +1,6 @@
-"""Recurrent policies: the sequence loss against a step-by-step hand computation, the shapes
-of what device mode trains on, and the refusals of what is not supported yet."""
+"""Recurrent policies: the sequence losses (PPO's, IMPALA's and APPO's V-trace unroll) against
+a step-by-step hand computation, the shapes of what device mode trains on, and the refusals of
+what is not supported yet."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxflow.algorithms import ppo
+from jaxflow.algorithms import appo, impala, ppo
 from jaxflow.algorithms.ppo import PPOConfig
 from jaxflow.config import ConfigError, make_config
 from jaxflow.policies import actor_critic_policy
@@ -44,10 +45,11 @@ def fragment(seed: int = 0) -> dict:
     }
 
 
-def hand_loss(params, traj) -> dict:
-    """PPO's loss in numpy, the network applied one observation at a time, its state set to
-    zeros by hand where an episode starts."""
-    logits, values = np.zeros((T, B, A)), np.zeros((T, B))
+def hand_outputs(params, traj, last_obs=None):
+    """Logits ``[T, B, A]`` and values ``[T, B]`` (``[T + 1, B]`` with ``last_obs``: the value
+    after the sequence, from the state it reached), the network applied one observation at a
+    time, its state set to zeros by hand where an episode starts."""
+    logits, values = np.zeros((T, B, A)), np.zeros((T + (last_obs is not None), B))
     apply = jax.jit(POLICY.network.apply)
     for b in range(B):
         state = tuple(s[b : b + 1] for s in traj["policy_state"])
@@ -56,8 +58,20 @@ def hand_loss(params, traj) -> dict:
                 state = tuple(jnp.zeros_like(s) for s in state)
             state, (inputs, value) = apply(params, state, traj["obs"][t, b][None])
             logits[t, b], values[t, b] = np.asarray(inputs[0]), float(value[0])
+        if last_obs is not None:
+            values[T, b] = float(apply(params, state, last_obs[b][None])[1][1][0])
+    return logits, values
+
+
+def log_softmax(logits):
     z = logits - logits.max(-1, keepdims=True)
-    log_probs = z - np.log(np.exp(z).sum(-1, keepdims=True))
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def hand_loss(params, traj) -> dict:
+    """PPO's loss in numpy on :func:`hand_outputs`."""
+    logits, values = hand_outputs(params, traj)
+    log_probs = log_softmax(logits)
     logp = np.take_along_axis(log_probs, np.asarray(traj["actions"])[..., None], -1)[..., 0]
     ratio = np.exp(logp - np.asarray(traj["logp"]))
     adv = np.asarray(traj["advantages"])
@@ -85,6 +99,35 @@ def test_sequence_loss_with_a_reset_inside_equals_the_step_by_step_hand_computat
     # The reset matters: without it the sequence's later steps read the carried state.
     no_reset = dict(traj, episode_starts=jnp.zeros((T, B), bool))
     assert abs(hand_loss(params, no_reset)["value_loss"] - want["value_loss"]) > 1e-4
+
+
+def test_vtrace_losses_unroll_from_the_stored_state_with_the_reset_inside():
+    """IMPALA's and APPO's losses read a batch-major fragment: the recurrent policy unrolled
+    from each sequence's stored state, reset where an episode starts, gives the step-by-step
+    log-probabilities, entropies and values, and the value after the sequence from the state
+    it reached; both losses are finite on it and their value loss moves with the reset."""
+    params = POLICY.init(jax.random.PRNGKey(1))
+    traj = fragment()
+    last_obs = jnp.asarray(np.random.default_rng(1).normal(size=(B, OBS)), jnp.float32)
+    rewards = jnp.asarray(np.random.default_rng(2).normal(size=(T, B)), jnp.float32)
+    keep = ("obs", "actions", "logp", "episode_starts", "policy_state")
+    raw = dict({k: traj[k] for k in keep}, rewards=rewards, discounts=jnp.full((T, B), 0.9), last_obs=last_obs)
+    batch = impala.batch_major(raw)
+    logp, entropy, values = jax.jit(functools.partial(impala.evaluate_sequences, policy=POLICY))(params, batch)
+    logits, want_values = hand_outputs(params, traj, np.asarray(last_obs))
+    log_probs = log_softmax(logits)
+    want_logp = np.take_along_axis(log_probs, np.asarray(traj["actions"])[..., None], -1)[..., 0]
+    np.testing.assert_allclose(logp, want_logp, atol=1e-5)
+    np.testing.assert_allclose(entropy, -(np.exp(log_probs) * log_probs).sum(-1), atol=1e-5)
+    np.testing.assert_allclose(values, want_values, atol=1e-5)
+    config = make_config(
+        appo.APPOConfig, use_lstm=True, lstm_size=8, hidden_sizes=(16,), train_batch_size=T * B, minibatch_sequences=1
+    )
+    no_reset = impala.batch_major(dict(raw, episode_starts=jnp.zeros((T, B), bool)))
+    for loss in (impala.loss, appo.loss):
+        run = jax.jit(lambda p, b, loss=loss: loss(p, b, jax.random.PRNGKey(0), policy=POLICY, config=config))
+        (total, metrics), (_, without) = run(params, batch), run(params, no_reset)
+        assert np.isfinite(float(total)) and abs(float(metrics["value_loss"]) - float(without["value_loss"])) > 1e-4
 
 
 def test_device_mode_trains_on_whole_sequences_whose_stored_state_reproduces_the_actions():
@@ -122,8 +165,15 @@ def test_device_mode_trains_on_whole_sequences_whose_stored_state_reproduces_the
 @pytest.mark.parametrize(
     "algo, settings, match",
     [
-        ("DQN", {}, "DQN has no recurrent policy yet; use_lstm is supported by PPO in device mode"),
-        ("PPO", {"mode": "ray"}, "trains in device mode only so far"),
+        (
+            "DQN",
+            {},
+            r"DQN has no recurrent policy yet; use_lstm is supported by PPO \(device and Ray mode\), A2C, IMPALA and APPO \(Ray mode\), and R2D2 \(device mode\)",
+        ),
+        ("SAC", {}, "SAC has no recurrent policy yet"),
+        ("DDPPO", {}, "DDPPO has no recurrent policy yet"),
+        ("A2C", {"mode": "device"}, "trains in ray mode only so far, not mode='device'"),
+        ("PPO", {"num_learners": 2}, "trains with one learner so far, not num_learners=2"),
         ("PPO", {"model": "x:Y"}, "cannot be combined with model"),
         ("PPO", {"minibatch_size": 16, "rollout_fragment_length": 32}, "must be >= rollout_fragment_length"),
     ],
@@ -135,13 +185,27 @@ def test_unsupported_recurrent_settings_are_refused_in_one_line(algo, settings, 
         make_config(get_algorithm(algo).config_cls, use_lstm=True, **settings)
 
 
-def test_a_recurrent_run_on_a_cpu_env_is_refused_before_anything_starts():
+def test_a_recurrent_run_in_a_mode_without_it_is_refused_before_anything_starts():
+    from jaxflow.algorithms.a2c import A2CConfig
+    from jaxflow.algorithms.multiagent import MultiAgentConfig
     from jaxflow.api.program import resolve_mode
     from jaxflow.api.registry import get_algorithm
 
-    spec = get_algorithm("PPO")
-    with pytest.raises(ConfigError, match="'CartPole-v1' runs in ray mode"):
-        resolve_mode(make_config(PPOConfig, env="CartPole-v1", use_lstm=True), spec)
+    config = make_config(A2CConfig, env="jaxflow/StatelessCartPole-v1", use_lstm=True)  # "auto": device mode
+    with pytest.raises(
+        ConfigError,
+        match="A2C's recurrent policies train in ray mode only so far, and .* runs in device mode \\(set mode='ray'\\)",
+    ):
+        resolve_mode(config, get_algorithm("A2C"))
+    assert resolve_mode(make_config(PPOConfig, env="CartPole-v1", use_lstm=True), get_algorithm("PPO")) == "ray"
+    policies = {"p": {"algorithm": "PPO", "config": {"use_lstm": True}}}
+    with pytest.raises(ConfigError, match=r"policies\['p'\]: use_lstm=True is not supported in multi-agent runs"):
+        make_config(
+            MultiAgentConfig,
+            env="multiagent/Rendezvous-v0",
+            policies=policies,
+            mapping={"agent_0": "p", "agent_1": "p"},
+        )
 
 
 def test_checkpoint_resume_and_evaluate_carry_the_recurrent_state(tmp_path):

@@ -1,0 +1,84 @@
+"""Recurrent policies on Ray rollout workers: what a worker sends (each env's state at the
+fragment's start and where episodes start) reproduces its actions when the learner replays it,
+and ``compute_actions`` carries the state it returns."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import ray
+
+from jaxflow import Algorithm
+from jaxflow.envs.stateless import STATELESS_CARTPOLE
+from jaxflow.policies.sequences import policy_outputs
+
+T, B, LSTM = 16, 2, 8
+EPISODE = 7
+"""Steps before the time limit: two or three episodes start inside each 16-step fragment."""
+
+
+def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local):
+    """Three consecutive fragments of one Ray worker (2 envs, 7-step episodes): unrolling the
+    policy over each from its ``policy_state``, reset at its ``episode_starts``, gives the
+    sampled log-probabilities and values to 1e-5; the state it ends in is the next fragment's
+    start state, from which its last value target bootstraps, and episodes start inside the fragments. ``compute_actions`` returns the state
+    its greedy step reached and takes it back; the learner's warm-up compiled the update for
+    the sequence batch training then gives it."""
+    algo = Algorithm.build(
+        "PPO", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, lstm_size=LSTM, hidden_sizes=(16,),
+        num_workers=1, num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B,
+        minibatch_size=T, env_config={"max_steps_in_episode": EPISODE}, seed=0,
+    )  # fmt: skip
+    try:
+        [(_, worker)] = algo.workers.live()
+        fragments = [ray.get(worker.sample.remote()) for _ in range(3)]
+        policy, params = algo.policy, algo.learner.get_weights()  # the weights the worker acted with
+        first = fragments[0].data
+        assert all(float(np.abs(s).max()) == 0.0 for s in first["policy_state"]) and first["episode_starts"][0].all()
+        state, previous, bootstrapped = first["policy_state"], None, 0
+        for fragment in fragments:
+            data = fragment.data
+            for s, want in zip(data["policy_state"], state, strict=True):  # carried across fragments
+                np.testing.assert_allclose(s, want, atol=1e-5)
+            inputs, values, flat = policy_outputs(policy, params, fragment.train_arrays())
+            np.testing.assert_allclose(policy.distribution.log_prob(inputs, flat["actions"]), flat["logp"], atol=1e-5)
+            np.testing.assert_allclose(values, flat["values"], atol=1e-5)
+            if previous is not None:  # its last value bootstrapped from the state its episodes reached
+                on = ~data["episode_starts"][0]  # episodes going on into this fragment
+                v = policy.value_after(params, state, jnp.asarray(data["obs"][0]))
+                # GAE's last target: reward 1 (CartPole) + gamma * the bootstrap value.
+                want = 1.0 + algo.config.gamma * np.asarray(v)
+                np.testing.assert_allclose(previous["value_targets"][-1][on], want[on], atol=1e-4)
+                bootstrapped += int(on.sum())
+            state, _, _ = policy.unroll(params, data["policy_state"], data["obs"], data["episode_starts"])
+            assert data["episode_starts"][1:].sum() >= B  # at least one reset inside per env
+            previous = data
+        assert bootstrapped > 0
+        obs = np.asarray(fragments[-1].data["obs"][:2, 0])  # two steps of one episode
+        actions, carried = algo.compute_actions(obs[:1])
+        again, _ = algo.compute_actions(obs[1:], state=carried)
+        want_state, want = policy.greedy_step(params, policy.initial_state(1), jnp.asarray(obs[:1]))
+        want_state, want_again = policy.greedy_step(params, want_state, jnp.asarray(obs[1:]))
+        assert [actions[0], again[0]] == [int(want[0]), int(want_again[0])]
+        assert [s.shape for s in carried] == [(1, LSTM)] * 2
+        algo.train()  # on 4 sequences, in minibatches of one
+        assert algo.learner._update._cache_size() == 1  # warmed up on the sequence batch training sees
+    finally:
+        algo.stop()
+
+
+def test_impala_trains_a_recurrent_policy_from_ray_workers_fragments(ray_local):
+    """IMPALA's path (fragments through the feeding thread to the learner thread, V-trace on
+    the unrolled policy) takes a recurrent policy's fragments and trains on them."""
+    algo = Algorithm.build(
+        "IMPALA", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, lstm_size=LSTM, hidden_sizes=(16,),
+        num_workers=1, num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B,
+        min_env_steps_per_iteration=4 * T * B, env_config={"max_steps_in_episode": EPISODE}, seed=0,
+    )  # fmt: skip
+    try:
+        result = algo.train()
+    finally:
+        algo.stop()
+    learner = result["learner"]
+    assert result["num_updates"] >= 1 and np.isfinite([learner["policy_loss"], learner["value_loss"]]).all()
+    assert 0.0 < learner["entropy"] <= np.log(2) + 1e-6
