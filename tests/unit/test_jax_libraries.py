@@ -136,7 +136,9 @@ def test_ids_are_listed_checked_and_a_bad_option_is_one_line():
         library_ids(absent)
 
 
-@pytest.mark.parametrize("env_id, masked", [("xminigrid/MiniGrid-Empty-5x5", False), ("jumanji/Snake-v1", True)])
+# A grid world's integer image observations (navix's, xminigrid's) reach PPO through the same
+# adapter path; navix's learning test trains on one, so only the masked library is run here.
+@pytest.mark.parametrize("env_id, masked", [("jumanji/Snake-v1", True)])
 def test_ppo_trains_an_iteration_in_device_mode(env_id, masked):
     algo = Algorithm.build(
         "PPO",
