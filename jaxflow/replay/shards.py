@@ -37,6 +37,11 @@ def read_bytes(path: str) -> bytes:
         return f.read()
 
 
+def shard_file(directory: str, index: int) -> str:
+    """Where a checkpoint in ``directory`` keeps shard ``index``'s contents."""
+    return os.path.join(directory, f"replay_shard_{index}.npz")
+
+
 def stored_items(data: bytes) -> int:
     """The number of items in a shard's :meth:`~ReplayShard.export_state` bytes."""
     with np.load(io.BytesIO(data), allow_pickle=False) as f:
@@ -112,6 +117,10 @@ class ReplayShards:
         self.actors: list[Any] = [self._create(i) for i in range(num_shards)]
 
     @property
+    def num_shards(self) -> int:
+        return len(self.actors)
+
+    @property
     def num_restarts(self) -> int:
         return self._recovery["num_restarts"]
 
@@ -182,7 +191,7 @@ class ReplayShards:
         ray.kill(self.actors[index], no_restart=True)
         new = self._start(index)
         source = self.restore_from  # read once: a checkpoint may be written meanwhile
-        path = self._path(source, index) if source and os.path.exists(self._path(source, index)) else None
+        path = shard_file(source, index) if source and os.path.exists(shard_file(source, index)) else None
         restored = ray.get(new.import_state.remote(read_bytes(path)), timeout=self.timeout_s) if path else 0
         # Counted before the new handle is published, so whoever sees the handle sees its restore.
         self._recovery["num_restarts"] += 1
@@ -208,10 +217,6 @@ class ReplayShards:
                 log.warning("%s died as it started (%s); creating it again", what, e)
                 attempt += 1
 
-    @staticmethod
-    def _path(directory: str, index: int) -> str:
-        return os.path.join(directory, f"replay_shard_{index}.npz")
-
     def save(self, directory: str) -> list[int]:
         """Writes every shard's contents under ``directory``; returns their sizes.
 
@@ -229,18 +234,18 @@ class ReplayShards:
         except ray.exceptions.RayActorError as error:
             self.on_failure(index, error)  # raises unless restarting
             data = ray.get(self.actors[index].export_state.remote(), timeout=self.timeout_s)
-        write_atomic(self._path(directory, index), data)
+        write_atomic(shard_file(directory, index), data)
         return stored_items(data)
 
     def load(self, directory: str) -> list[int]:
         """Restores every shard from files written by :meth:`save`; returns their sizes."""
-        missing = [p for p in (self._path(directory, i) for i in range(len(self.actors))) if not os.path.exists(p)]
+        missing = [p for p in (shard_file(directory, i) for i in range(len(self.actors))) if not os.path.exists(p)]
         if missing:
             raise FileNotFoundError(
                 f"No replay contents for {len(missing)} of {len(self.actors)} shards: {missing[0]} ..."
             )
         sizes = ray.get(
-            [a.import_state.remote(read_bytes(self._path(directory, i))) for i, a in enumerate(self.actors)]
+            [a.import_state.remote(read_bytes(shard_file(directory, i))) for i, a in enumerate(self.actors)]
         )
         self.saved_at(directory)
         return sizes
