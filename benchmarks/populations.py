@@ -96,7 +96,9 @@ def evosax_step(seed: int) -> tuple[Callable[[], dict[str, float]], Callable[[],
     def generation(state: Any, key: jax.Array) -> tuple[Any, jax.Array]:
         k_ask, k_env, k_tell = jax.random.split(key, 3)
         population, state = strategy.ask(k_ask, state, strategy.default_params)
-        returns, lengths, _ = population_returns(env, env_params, act, 0.0, population, None, k_env)
+        returns, lengths, _ = population_returns(
+            env, env_params, act, 0.0, population, None, k_env, config.max_episode_length
+        )
         state, _ = strategy.tell(k_tell, population, -returns, state, strategy.default_params)  # evosax minimises
         return state, returns.mean(), lengths.sum()
 

@@ -259,7 +259,11 @@ def _gymnasium_factory(env_id: str) -> Callable[..., gymnasium.Env]:
 def _make_gymnax(env_id: str, **kwargs: Any):
     import gymnax
 
-    env, params = gymnax.make(env_id[len(GYMNAX_PREFIX) :])
+    from jaxflow.envs.memory_chain import corrected
+
+    name = env_id[len(GYMNAX_PREFIX) :]
+    env, params = gymnax.make(name)
+    env = corrected(name, env)  # gymnax's ids whose conventions differ from gymnasium's
     if kwargs:
         params = params.replace(**kwargs)
     return env, params

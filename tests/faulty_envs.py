@@ -11,13 +11,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 import gymnasium
+import jax
+import jax.numpy as jnp
 import numpy as np
 import ray.cloudpickle
+from gymnax.environments import environment, spaces
 
 from jaxflow.envs.masked_choice import MaskedChoice
-from jaxflow.envs.registry import EnvContext, register
+from jaxflow.envs.registry import EnvContext, register, register_jax
 
 
 class CrashAtStep(gymnasium.Wrapper):
@@ -133,6 +137,49 @@ class NaNAfter(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class Endless(environment.Environment[environment.EnvState, environment.EnvParams]):
+    """A JAX env (gymnax's interface) with no end: reward 1 every step, never terminated and
+    no time limit. What a search's episodes must cut themselves (``max_episode_length``)."""
+
+    @property
+    def default_params(self) -> environment.EnvParams:
+        return environment.EnvParams(max_steps_in_episode=NEVER)
+
+    def step_env(self, key: jax.Array, state: environment.EnvState, action: Any, params: environment.EnvParams):
+        del key, action
+        state = environment.EnvState(time=state.time + 1)
+        return self.get_obs(state), state, jnp.float32(1.0), jnp.bool_(False), {}
+
+    def reset_env(self, key: jax.Array, params: environment.EnvParams):
+        del key
+        state = environment.EnvState(time=jnp.int32(0))
+        return self.get_obs(state), state
+
+    def get_obs(self, state: environment.EnvState, params: Any = None, key: Any = None) -> jax.Array:
+        return jnp.stack([jnp.float32(1.0), jnp.minimum(state.time, 10).astype(jnp.float32) / 10])
+
+    def is_truncated(self, state: environment.EnvState, params: environment.EnvParams) -> jax.Array:
+        return jnp.bool_(False)  # no time limit
+
+    @property
+    def num_actions(self) -> int:
+        return 2
+
+    def action_space(self, params: Any = None) -> spaces.Discrete:
+        return spaces.Discrete(2)
+
+    def observation_space(self, params: Any) -> spaces.Box:
+        return spaces.Box(0.0, 1.0, (2,), jnp.float32)
+
+
+NEVER = 2**31 - 1
+"""``max_steps_in_episode`` of :class:`Endless`: a count no episode reaches, for the CPU wrapper, which reads it."""
+
+
+def make_endless(**env_config: Any) -> tuple[Endless, environment.EnvParams]:
+    return Endless(), environment.EnvParams(**{"max_steps_in_episode": NEVER, **env_config})
+
+
 register(
     "test/CrashAtStep-v0",
     CrashAtStep,
@@ -146,6 +193,7 @@ register(
 register("test/NaNAfter-v0", NaNAfter, "CartPole whose observations or rewards turn NaN at a chosen step; for guards")
 register("test/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per step; for timing tests")
 register("test/StrictMasks-v0", StrictMasks, "MaskedChoice raising IllegalMove on an illegal action; for masking tests")
+register_jax("test/Endless-v0", make_endless, "a JAX env with no end: no termination, no time limit")
 register("test/NoLegalAction-v0", NoLegalAction, "MaskedChoice with an all-zero action_mask from step at_step on")
 
 # Functions and classes of this module travel to the Ray workers by value.

@@ -30,7 +30,7 @@ def make_replay(
     is set. In the driver's process where nothing else reads or writes it (``replay_in_driver``:
     ``num_workers=0``, one shard asking for no resources): the same shard, called directly."""
     shard = dict(
-        capacity=-(-config.buffer_size // config.num_replay_shards),
+        capacity=config.replay_shard_capacity,
         alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
         seed=config.seed,
         samples_per_insert=samples_per_insert,

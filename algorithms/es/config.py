@@ -16,6 +16,8 @@ from jaxflow.learn.sgd import make_optimizer
 
 Array = jax.Array
 
+DEFAULT_MAX_EPISODE_LENGTH = 1000
+"""Steps an episode may last by default: gymnasium's and brax's usual longest time limit."""
 MIN_NOISE_TABLE = 1000
 """The smallest noise table allowed: fewer floats than that would make every perturbation nearly the same."""
 
@@ -34,6 +36,11 @@ class SearchConfig(CommonConfig):
     """sigma, the scale of the perturbations."""
     noise_table_size: int = param(10_000_000, POSITIVE)
     """Floats in the shared noise table (40 MB at the default); at least the parameter count."""
+    max_episode_length: int = param(DEFAULT_MAX_EPISODE_LENGTH, POSITIVE)
+    """Steps after which a member's episode is cut, its return so far counted (and the
+    evaluation's episodes too): an env's own time limit ends episodes first where it is
+    shorter (CartPole's 500); an env without one would otherwise never end a generation.
+    Raise it for an env whose time limit is longer."""
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=2))
     """Ray mode's workers: each evaluates ``population_size / num_workers`` members a generation."""
 

@@ -159,7 +159,7 @@ class SearchProgram:
             thetas = jnp.concatenate([state.theta + sigma * noise, state.theta - sigma * noise])
             thetas = jax.lax.with_sharding_constraint(thetas, spread)  # each device plays its share
             returns, lengths, moments = population_returns(
-                env, env_params, act, clip, thetas, self._norm(state.obs), episode_key
+                env, env_params, act, clip, thetas, self._norm(state.obs), episode_key, self.config.max_episode_length
             )
             state, out = update(self.config, self._optimizer, state, noise, returns, moments)
             return state, dict(out, returns=returns, lengths=lengths)

@@ -5,6 +5,7 @@ returns). Both count the observations they acted on, for ARS's state normalizati
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -43,11 +44,18 @@ class Episode(NamedTuple):
 
 
 def device_episode(
-    env: Any, env_params: Any, act: Act, clip: float, flat: Array, norm: Moments | None, key: Array
+    env: Any,
+    env_params: Any,
+    act: Act,
+    clip: float,
+    flat: Array,
+    norm: Moments | None,
+    key: Array,
+    max_length: int,
 ) -> Episode:
     """One gymnax episode of the policy ``flat`` (observations normalized by ``norm`` unless
-    None), stepped until the env says done (its time limit included); under ``vmap`` the
-    loop runs until every member is done, finished members left as they were."""
+    None), stepped until the env says done (its time limit included) or ``max_length`` steps;
+    under ``vmap`` the loop runs until every member is done, finished members left as they were."""
     key, reset_key = jax.random.split(key)
     obs, state = env.reset(reset_key, env_params)
     zero_obs = jnp.zeros_like(obs, jnp.float32)
@@ -69,16 +77,24 @@ def device_episode(
         )
 
     start = Episode(obs, state, jnp.zeros((), bool), jnp.zeros(()), jnp.zeros((), jnp.int32), key, zero_obs, zero_obs)
-    return jax.lax.while_loop(lambda e: ~e.done, body, start)
+    return jax.lax.while_loop(lambda e: ~e.done & (e.length < max_length), body, start)
 
 
 def population_returns(
-    env: Any, env_params: Any, act: Act, clip: float, thetas: Array, norm: Moments | None, key: Array
+    env: Any,
+    env_params: Any,
+    act: Act,
+    clip: float,
+    thetas: Array,
+    norm: Moments | None,
+    key: Array,
+    max_length: int,
 ) -> tuple[Array, Array, Moments]:
-    """Every member's return and length (``thetas [m, dim]``), and the moments of all the
-    observations they acted on."""
+    """Every member's return and length (``thetas [m, dim]``, episodes of at most
+    ``max_length`` steps), and the moments of all the observations they acted on."""
     keys = jax.random.split(key, thetas.shape[0])
-    ep = jax.vmap(lambda flat, k: device_episode(env, env_params, act, clip, flat, norm, k))(thetas, keys)
+    episode = functools.partial(device_episode, env, env_params, act, clip, norm=norm, max_length=max_length)
+    ep = jax.vmap(lambda flat, k: episode(flat=flat, key=k))(thetas, keys)
     count = ep.length.sum().astype(jnp.float32)
     mean = ep.obs_sum.sum(0) / jnp.maximum(count, 1.0)
     m2 = jnp.maximum(ep.obs_sq.sum(0) - count * mean**2, 0.0)  # float32 round-off may dip below 0
@@ -133,6 +149,7 @@ class SearchWorker:
         params = jax.device_put(thetas.astype(np.float32))  # on the device once, not every step
         obs = np.stack([np.asarray(e.reset(seed=int(s))[0], np.float32) for e, s in zip(self._envs, seeds)])
         alive, returns, lengths, seen = np.ones(m, bool), np.zeros(m), np.zeros(m, np.int64), []
+        max_length = self.config.max_episode_length
         while alive.any():
             seen.append(obs[alive].astype(np.float64))
             x = obs if norm is None else normalize_observations(norm, obs, clip)
@@ -142,7 +159,7 @@ class SearchWorker:
                     actions[i].item() if actions[i].ndim == 0 else actions[i]
                 )
                 obs[i], returns[i], lengths[i] = o, returns[i] + float(r), lengths[i] + 1
-                alive[i] = not (terminated or truncated)
+                alive[i] = not (terminated or truncated) and lengths[i] < max_length
         return returns, lengths, moments_of(np.concatenate(seen))
 
 

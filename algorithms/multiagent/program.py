@@ -15,6 +15,7 @@ from jaxflow.config.fields import require
 from jaxflow.dataflow.actors import ship_by_value
 from jaxflow.ops.multiagent_ops import PolicySlot, PolicyWorkers
 from jaxflow.policies.policy import Policy
+from jaxflow.replay.saved import RECORD_KEY
 from jaxflow.rollout.evaluation import evaluate_policies
 from jaxflow.rollout.multiagent import MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.normalize import refuse_normalization
@@ -31,10 +32,14 @@ class ReplaySet:
     def __init__(self, replays: Mapping[str, Any]):
         self.replays = dict(replays)
 
-    def save(self, directory: str) -> None:
+    def save(self, directory: str) -> dict[str, dict[str, Any]]:
+        """Every policy's shards under ``replay_<policy>/``; returns what ``meta.json`` records
+        of them: each sub-directory's shards' sizes and capacities."""
+        record = {}
         for pid, r in self.replays.items():
             os.makedirs(os.path.join(directory, f"replay_{pid}"), exist_ok=True)
-            r.save(os.path.join(directory, f"replay_{pid}"))
+            record[f"replay_{pid}"] = r.save(os.path.join(directory, f"replay_{pid}"))[RECORD_KEY]
+        return {RECORD_KEY: record}
 
     def saved_at(self, directory: str) -> None:
         for pid, r in self.replays.items():

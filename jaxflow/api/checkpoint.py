@@ -1,8 +1,8 @@
 """Checkpoints: learner state with orbax, config and counters as JSON, never pickled classes.
 
 A checkpoint is a directory ``checkpoint_<iteration>/`` holding ``state/`` (orbax),
-``meta.json`` (format version, algorithm, config, counters), any files of the program
-(replay contents) and, written last, ``manifest.json``: every other file's size and SHA-256.
+``meta.json`` (format version, algorithm, config, counters and what the program records of
+its files, e.g. each replay shard's size), any files of the program (replay contents) and, written last, ``manifest.json``: every other file's size and SHA-256.
 It is written under a temporary name and renamed when complete; an existing checkpoint of
 the same iteration is renamed aside first and deleted last, so a write interrupted at any
 point leaves a loadable checkpoint. :func:`verify` reads a checkpoint without trusting it
@@ -30,6 +30,7 @@ from jaxflow.api import manifest
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import from_json_dict
+from jaxflow.replay import saved as saved_replay
 
 FORMAT_VERSION = 2
 UNSEALED_FORMAT = 1  # written before manifests: loads, unverified
@@ -77,12 +78,17 @@ def check_finite(state: Any) -> None:
 
 
 def save(
-    directory: str, iteration: int, state: Any, meta: Mapping[str, Any], write_extra: Callable[[str], Any] | None = None
+    directory: str,
+    iteration: int,
+    state: Any,
+    meta: Mapping[str, Any],
+    write_extra: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> str:
     """Writes ``state`` (a pytree of arrays) and ``meta`` atomically; returns the checkpoint path.
 
     ``write_extra(path)`` may add files (e.g. replay contents) to the checkpoint before
-    it is sealed and renamed into place, so they are part of the same all-or-nothing write.
+    it is sealed and renamed into place, so they are part of the same all-or-nothing write;
+    what it returns (e.g. each replay shard's size and capacity) is added to ``meta.json``.
     """
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
@@ -92,9 +98,8 @@ def save(
     try:
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(os.path.join(tmp, "state"), jax.device_get(state))
-        if write_extra is not None:
-            write_extra(tmp)
-        _write_meta(tmp, dict(meta, format_version=FORMAT_VERSION, iteration=iteration))
+        recorded = write_extra(tmp) if write_extra is not None else None
+        _write_meta(tmp, dict(meta, **(recorded or {}), format_version=FORMAT_VERSION, iteration=iteration))
         manifest.write_manifest(tmp)
         _replace(tmp, final, os.path.join(directory, f".old-{name}-{uuid.uuid4().hex[:8]}"))
         for stale in candidates(directory):  # older copies of this iteration, left by writes killed mid-replace
@@ -158,8 +163,9 @@ def _json_type(value: Any) -> str:
 
 def verify(path: str) -> dict[str, Any]:
     """Checks checkpoint ``path`` without unpickling or restoring anything and returns its meta:
-    files against the manifest, ``meta.json``, the algorithm and its config, ``state/``, and
-    numpy files for object arrays. Raises :class:`CheckpointError` (one line) otherwise."""
+    files against the manifest, ``meta.json``, the algorithm and its config, ``state/``, numpy
+    files for object arrays, and replay files against the sizes ``meta.json`` records of them.
+    Raises :class:`CheckpointError` (one line) otherwise."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise fail(path, "not a directory")
@@ -168,7 +174,9 @@ def verify(path: str) -> dict[str, Any]:
         if meta["format_version"] != UNSEALED_FORMAT:
             manifest.check_manifest(path)
         manifest.check_numpy_headers(path)
-    except manifest.ManifestError as e:
+        if saved_replay.RECORD_KEY in meta:  # written since replay sizes are recorded
+            saved_replay.check_record(path, meta[saved_replay.RECORD_KEY])
+    except (manifest.ManifestError, saved_replay.ReplayFilesError) as e:
         raise fail(path, str(e)) from e
     if not os.path.isdir(os.path.join(path, "state")):
         raise fail(path, "no state/ directory")

@@ -10,6 +10,7 @@ its own evaluation, and a way to stop. Ray runs (workers + learner + plan), devi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from jaxflow import envs
@@ -23,8 +24,8 @@ class CheckpointFiles(Protocol):
     """State a program keeps outside its pytree (replay contents), written into each
     checkpoint directory before the checkpoint is renamed into place."""
 
-    def save(self, directory: str) -> object:
-        """Writes the files into ``directory``."""
+    def save(self, directory: str) -> Mapping[str, Any]:
+        """Writes the files into ``directory``; returns what ``meta.json`` records of them (JSON)."""
 
     def saved_at(self, directory: str) -> None:
         """Told where the checkpoint holding them ended up (after the rename)."""

@@ -18,7 +18,9 @@ from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.api.storage import local_copy
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import replace_config
+from jaxflow.config.off_policy import OffPolicyConfig
 from jaxflow.config.parsing import from_json_dict, parse_value
+from jaxflow.replay.saved import RECORD_KEY
 from jaxflow.rollout.normalize import normalizer_init
 
 REFUSED_OVERRIDES = "--set on resume may change only fields that leave the learner state's shapes alone"
@@ -90,6 +92,7 @@ def plan_restore(path: str, overrides: Mapping[str, Any] | None = None, from_str
         config = replace_config(config, **values)
         if template is not None:
             template = _refuse_reshaping(found.path, config, spec, values)
+    _refuse_replay_layout(found.path, found.meta, config)
     return RestorePlan(found.path, found.meta, spec, config, template, found.skipped)
 
 
@@ -105,6 +108,22 @@ def _refuse_reshaping(ckpt: str, config: Any, spec: AlgorithmSpec, overrides: Ma
     saved = from_json_dict(spec.config_cls, checkpoint.load_meta(ckpt)["config"])
     refused = [k for k, v in overrides.items() if not _fits(ckpt, replace_config(saved, **{k: v}), spec)]
     raise checkpoint.fail(ckpt, f"{REFUSED_OVERRIDES}; refused: {', '.join(refused or list(overrides))} ({why})")
+
+
+def _refuse_replay_layout(ckpt: str, meta: Mapping[str, Any], config: Any) -> None:
+    """Refuses a config whose replay shards could not take the checkpoint's (another number
+    of shards, or capacity), before anything starts; ``meta``'s record has been verified."""
+    record = meta.get(RECORD_KEY)
+    if not isinstance(config, OffPolicyConfig) or not isinstance(record, list):
+        return  # no replay shards, or a multi-agent run's (checked by each policy's shards)
+    saved = (len(record), sorted({r["capacity"] for r in record}))
+    wanted = (config.num_replay_shards, [config.replay_shard_capacity])
+    if saved != wanted:
+        raise checkpoint.fail(
+            ckpt,
+            f"its replay is {saved[0]} shards of capacity {saved[1]}, this config's would be {wanted[0]} of "
+            f"{wanted[1][0]}; num_replay_shards and buffer_size must be the checkpoint's",
+        )
 
 
 def _fits(ckpt: str, config: Any, spec: AlgorithmSpec) -> bool:

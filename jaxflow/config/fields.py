@@ -41,6 +41,24 @@ class Check:
             return False
         return True
 
+    def nearest(self, x: float) -> float:
+        """The allowed value closest to ``x`` (of its type): ``x`` itself, an inclusive bound,
+        or the next value inside an exclusive one (the next integer, or the next float).
+
+        Example:
+            >>> UNIT.nearest(1.188), POSITIVE.nearest(-2), UNIT.nearest(0.5)
+            (1.0, 1, 0.5)
+        """
+        integer = isinstance(x, int) and not isinstance(x, bool)
+        kind = int if integer else float
+        if self.low is not None and x <= self.low and not self(x):
+            inside = self.low + 1 if integer else math.nextafter(self.low, math.inf)
+            return kind(self.low if self.low_inclusive else inside)
+        if self.high is not None and x >= self.high and not self(x):
+            inside = self.high - 1 if integer else math.nextafter(self.high, -math.inf)
+            return kind(self.high if self.high_inclusive else inside)
+        return x
+
     def __str__(self) -> str:
         lo = "" if self.low is None else f"{self.low} {'<=' if self.low_inclusive else '<'} "
         hi = "" if self.high is None else f" {'<=' if self.high_inclusive else '<'} {self.high}"

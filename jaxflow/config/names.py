@@ -23,7 +23,7 @@ import difflib
 import functools
 from typing import Any, TypeVar
 
-from jaxflow.config.fields import ConfigError, _hints, field_names, require
+from jaxflow.config.fields import Check, ConfigError, _hints, field_names, require
 
 C = TypeVar("C")
 
@@ -116,6 +116,14 @@ def is_field(cls: type, name: str) -> bool:
     except ConfigError:
         return False
     return True
+
+
+def field_check(cls: type, name: str) -> Check | None:
+    """The numeric constraint (:class:`~jaxflow.config.fields.Check`) declared on the setting
+    ``name`` (flat or dotted) of config class ``cls``, or None where it has none."""
+    *group, leaf = resolve(cls, name)
+    owner = groups(cls)[group[0]] if group else cls
+    return {f.name: f for f in dataclasses.fields(owner)}[leaf].metadata.get("check")
 
 
 def field_type(cls: type, path: Path) -> Any:

@@ -55,6 +55,11 @@ class OffPolicyConfig(CommonConfig):
     min_env_steps_per_iteration: int = param(2_000, NON_NEGATIVE)
     """Env steps sampled per reported training iteration."""
 
+    @property
+    def replay_shard_capacity(self) -> int:
+        """Transitions each replay shard holds: ``buffer_size`` split evenly over the shards, rounded up."""
+        return -(-self.buffer_size // self.num_replay_shards)
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_resources(

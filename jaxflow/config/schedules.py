@@ -11,12 +11,11 @@ train state's step (see :mod:`jaxflow.learn.schedules`).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jaxflow.config.fields import POSITIVE, _type_ok, require
-from jaxflow.config.names import field_type, flat_names, groups, is_field, replace_config, resolve
+from jaxflow.config.names import field_check, field_type, flat_names, is_field, replace_config, resolve
 
 Points = Sequence[Sequence[float]]
 
@@ -79,7 +78,4 @@ def validate_schedules(config: Any) -> None:
 
 def _positive(cls: type, field: str) -> bool:
     """Whether ``field`` must be greater than zero (its check is :data:`POSITIVE`)."""
-    *group, leaf = resolve(cls, field)
-    owner = groups(cls)[group[0]] if group else cls
-    check = {f.name: f for f in dataclasses.fields(owner)}[leaf].metadata.get("check")
-    return check == POSITIVE
+    return field_check(cls, field) == POSITIVE

@@ -5,10 +5,11 @@ from jaxflow.ondevice.pbt import PBTState, PopulationBasedTraining
 from jaxflow.ondevice.program import AnakinState, DeviceProgram
 from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
 from jaxflow.ondevice.source import OnDevice
-from jaxflow.ondevice.spec import DeviceReplay, DeviceSpec, flat_batch
+from jaxflow.ondevice.spec import TRANSITIONS, DeviceReplay, DeviceSpec, ReplayBuffer, flat_batch
 from jaxflow.ondevice.update import replay_update
 
 __all__ = [
+    "TRANSITIONS",
     "AnakinState",
     "DeviceProgram",
     "DeviceReplay",
@@ -18,6 +19,7 @@ __all__ = [
     "OnDevice",
     "PBTState",
     "PopulationBasedTraining",
+    "ReplayBuffer",
     "flat_batch",
     "members",
     "replay_update",

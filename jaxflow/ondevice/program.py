@@ -44,7 +44,6 @@ from jaxflow.ondevice.rollout import EnvCarry, count_observations, rollout
 from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
-from jaxflow.replay import on_device as device_replay
 from jaxflow.rollout.normalize import Normalizer, normalizer_init
 
 Array = jax.Array
@@ -150,11 +149,8 @@ class DeviceProgram:
             )
         replay = None
         if self.device.replay is not None:
-            example = jax.eval_shape(self._learner_batch, params, carry, key)
-            replay = device_replay.init(
-                {k: jnp.zeros(v.shape[1:], v.dtype) for k, v in example.items() if k != "priorities"},
-                self.device.replay(self.config).capacity,
-            )
+            settings = self.device.replay(self.config)
+            replay = settings.buffer.init(jax.eval_shape(self._learner_batch, params, carry, key), settings.capacity)
         return AnakinState(train, carry, key, jnp.zeros((), jnp.int32), dict(hyper), replay)
 
     def _check(self, state: AnakinState, obs_shape: tuple[int, ...]) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 
+from jaxflow.replay import on_device
 from jaxflow.rollout.batch import flatten_time_major
 
 Array = jax.Array
@@ -19,11 +21,42 @@ def flat_batch(traj: Mapping[str, Any], config: Any) -> dict[str, Any]:
     return flatten_time_major(dict(traj))
 
 
+class ReplayBuffer(NamedTuple):
+    """An on-device replay buffer as pure functions over its state: ``init(batch, capacity)``
+    (``batch``: the shapes of one prepared batch, as ``DeviceSpec.prepare`` makes it),
+    ``add(state, batch, alpha)``, ``sample(state, key, batch_size, beta) -> (items, slots,
+    weights)`` and ``update_priorities(state, slots, priorities, alpha)``; its state has a
+    ``size``, the items it can sample."""
+
+    init: Callable[[Mapping[str, Any], int], Any]
+    add: Callable[[Any, Mapping[str, Array], Any], Any]
+    sample: Callable[[Any, Array, int, Any], tuple[dict[str, Array], Array, Array]]
+    update_priorities: Callable[[Any, Array, Array, Any], Any]
+
+
+PRIORITIES = "priorities"
+"""The field of a prepared batch of transitions that holds their initial priorities."""
+
+
+def _init_transitions(batch: Mapping[str, Any], capacity: int) -> on_device.DeviceReplayState:
+    example = {k: jnp.zeros(v.shape[1:], v.dtype) for k, v in batch.items() if k != PRIORITIES}
+    return on_device.init(example, capacity)
+
+
+def _add_transitions(state: on_device.DeviceReplayState, batch: Mapping[str, Array], alpha: Any) -> Any:
+    items = dict(batch)
+    return on_device.add(state, items, items.pop(PRIORITIES), alpha)
+
+
+TRANSITIONS = ReplayBuffer(_init_transitions, _add_transitions, on_device.sample, on_device.update_priorities)
+"""Flat transitions ``[N, ...]`` with their initial ``priorities`` (:mod:`jaxflow.replay.on_device`): DQN's."""
+
+
 @dataclasses.dataclass(frozen=True)
 class DeviceReplay:
     """How a replay algorithm trains on the device, made from its (possibly swept) config:
     after each rollout the fragment's transitions enter an on-device prioritized buffer
-    (see :mod:`jaxflow.replay.on_device`), then ``sgd_steps`` replayed batches are trained on."""
+    (see :mod:`jaxflow.replay.on_device`; or ``buffer``'s), then ``sgd_steps`` replayed batches are trained on."""
 
     capacity: int
     batch_size: int
@@ -39,6 +72,8 @@ class DeviceReplay:
     tau: float = 1.0
     """Target update per SGD step (1: copies every ``target_update_period`` steps; smaller:
     Polyak averaging, see :func:`~jaxflow.learn.sgd.target_fraction`)."""
+    buffer: ReplayBuffer = TRANSITIONS
+    """The buffer's functions (R2D2: sequences, :mod:`jaxflow.algorithms.r2d2.replay`)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,6 @@ import optax
 
 from jaxflow.learn.sgd import TrainState, move_target, sgd_step, target_fraction
 from jaxflow.ondevice.spec import DeviceReplay
-from jaxflow.replay import on_device as device_replay
 
 Array = jax.Array
 
@@ -21,22 +20,21 @@ def replay_update(
     optimizer: optax.GradientTransformation,
     rs: DeviceReplay,
     train: TrainState,
-    replay: device_replay.DeviceReplayState,
+    replay: Any,
     transitions: Mapping[str, Array],
     key: Array,
 ):
-    """Adds a fragment's transitions to the buffer, then (once it holds ``learning_starts``)
+    """Adds a fragment's transitions to the buffer (``rs.buffer``), then (once it holds ``learning_starts``)
     trains on ``rs.sgd_steps`` replayed batches: importance-weighted loss, new priorities
-    ``|TD error| + eps``, and the target network updated every ``target_update_period`` steps.
+    ``|TD error| + eps`` (a loss with sequences gives each sequence's priority as its ``td_error``), and the target network updated every ``target_update_period`` steps.
     Returns ``(train, replay, scalar metrics, samples trained)``."""
-    items = dict(transitions)
-    replay = device_replay.add(replay, items, items.pop("priorities"), rs.alpha)
+    replay = rs.buffer.add(replay, transitions, rs.alpha)
 
     def sgd(carry, key):
         train, replay = carry
-        batch, slots, weights = device_replay.sample(replay, key, rs.batch_size, rs.beta(train.step))
+        batch, slots, weights = rs.buffer.sample(replay, key, rs.batch_size, rs.beta(train.step))
         train, metrics = sgd_step(loss_fn, optimizer, train, dict(batch, weights=weights))
-        replay = device_replay.update_priorities(
+        replay = rs.buffer.update_priorities(
             replay, slots, jnp.abs(metrics.pop("td_error")) + rs.priority_eps, rs.alpha
         )
         fraction = target_fraction(rs.tau, rs.target_update_period)

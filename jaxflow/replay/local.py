@@ -11,15 +11,14 @@ operators and checkpoints use, and writes the same checkpoint files.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from jaxflow.dataflow import placement
+from jaxflow.replay.saved import RECORD_KEY, check_fits, read_bytes, shard_path, summary, write_atomic
 from jaxflow.replay.shard import ReplayBatch, ReplayShard
-from jaxflow.replay.shards import read_bytes, shard_file, stored_items, write_atomic
 
 
 def replay_in_driver(config: Any) -> bool:
@@ -64,6 +63,7 @@ class LocalReplay:
         beta: float | Callable[[], float] = 0.4,
         sample_wait_s: float = 0.0,
     ):
+        self.capacity = capacity
         (shard_seed,) = np.random.SeedSequence(seed).spawn(1)
         self.shard = ReplayShard(capacity, alpha, shard_seed, 0, samples_per_insert, min_size_to_sample, error_buffer)
         self.batch_size, self.beta, self.sample_wait_s = batch_size, beta, sample_wait_s
@@ -91,18 +91,18 @@ class LocalReplay:
     def saved_at(self, directory: str) -> None:
         """Nothing to remember: only a shard actor, restarted, reloads its last checkpoint."""
 
-    def save(self, directory: str) -> list[int]:
-        """Writes the shard's contents under ``directory``; returns ``[its size]``."""
+    def save(self, directory: str) -> dict[str, list[dict[str, int]]]:
+        """Writes the shard's contents under ``directory``; returns what ``meta.json`` records
+        of them, as :meth:`ReplayShards.save` does."""
         data = self.shard.export_state()
-        write_atomic(shard_file(directory, 0), data)
-        return [stored_items(data)]
+        write_atomic(shard_path(directory, 0), data)
+        return {RECORD_KEY: [summary(data)]}
 
     def load(self, directory: str) -> list[int]:
-        """Restores the shard from a file written by :meth:`save` (or by ``ReplayShards(1)``)."""
-        path = shard_file(directory, 0)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"No replay contents for 1 of 1 shards: {path} ...")
-        return [self.shard.import_state(read_bytes(path))]
+        """Restores the shard from a file written by :meth:`save` (or by ``ReplayShards(1)``),
+        checked first against its capacity, in one line."""
+        check_fits(directory, 1, self.capacity)
+        return [self.shard.import_state(read_bytes(shard_path(directory, 0)))]
 
     def node_ids(self) -> list[str]:
         """The Ray node of this process, the shard's."""

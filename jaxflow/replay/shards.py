@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import copy
-import io
-import json
 import logging
 import os
 import threading
@@ -19,33 +17,10 @@ import ray
 from jaxflow.config.constants import MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.dataflow.actors import jax_actor
 from jaxflow.dataflow.placement import Placement, lost_with_its_node, wait_placed
+from jaxflow.replay.saved import RECORD_KEY, check_fits, read_bytes, shard_path, summary, write_atomic
 from jaxflow.replay.shard import ReplayShard, ReplayShardError
 
 log = logging.getLogger(__name__)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temporary file renamed when complete."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def read_bytes(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def shard_file(directory: str, index: int) -> str:
-    """Where a checkpoint in ``directory`` keeps shard ``index``'s contents."""
-    return os.path.join(directory, f"replay_shard_{index}.npz")
-
-
-def stored_items(data: bytes) -> int:
-    """The number of items in a shard's :meth:`~ReplayShard.export_state` bytes."""
-    with np.load(io.BytesIO(data), allow_pickle=False) as f:
-        return int(json.loads(f["__meta__"].tobytes().decode())["buffer"]["size"])
 
 
 class ReplayShards:
@@ -65,8 +40,8 @@ class ReplayShards:
 
     :meth:`save` and :meth:`load` write and read every shard's contents beside a learner
     checkpoint. With ``on_failure="restart"`` a dead shard is recreated and reloaded
-    from the last checkpoint saved or loaded (empty if there was none); with ``"raise"``
-    its failure ends the run.
+    from the last checkpoint saved or loaded (empty if there was none), also while a load
+    is under way; with ``"raise"`` its failure ends the run, in one line naming it.
 
     Example:
         >>> shards = ReplayShards(4, capacity=100_000, samples_per_insert=8, error_buffer=1000)  # doctest: +SKIP
@@ -174,7 +149,8 @@ class ReplayShards:
     def on_failure(self, index: int, error: BaseException) -> None:
         if self.on_failure_mode == "raise":
             raise ReplayShardError(
-                f"replay shard {index} failed: {error}. Set on_worker_failure='restart' to recreate it from the last checkpoint."
+                f"replay shard {index} failed: {first_line(error)}. Set on_worker_failure='restart' to recreate it "
+                "from the last checkpoint."
             ) from error
         with self._failure_lock:
             self._restart(index, error)
@@ -191,7 +167,7 @@ class ReplayShards:
         ray.kill(self.actors[index], no_restart=True)
         new = self._start(index)
         source = self.restore_from  # read once: a checkpoint may be written meanwhile
-        path = shard_file(source, index) if source and os.path.exists(shard_file(source, index)) else None
+        path = shard_path(source, index) if source and os.path.exists(shard_path(source, index)) else None
         restored = ray.get(new.import_state.remote(read_bytes(path)), timeout=self.timeout_s) if path else 0
         # Counted before the new handle is published, so whoever sees the handle sees its restore.
         self._recovery["num_restarts"] += 1
@@ -217,8 +193,9 @@ class ReplayShards:
                 log.warning("%s died as it started (%s); creating it again", what, e)
                 attempt += 1
 
-    def save(self, directory: str) -> list[int]:
-        """Writes every shard's contents under ``directory``; returns their sizes.
+    def save(self, directory: str) -> dict[str, list[dict[str, int]]]:
+        """Writes every shard's contents under ``directory``; returns what ``meta.json``
+        records of them: ``{RECORD_KEY: [{"size", "capacity"}, ...]}`` in shard order.
 
         The shards hand their contents to this process (all at once, through Ray's object
         store), which writes the files: ``directory`` need only be reachable from here, not
@@ -226,29 +203,40 @@ class ReplayShards:
         since its last request is recreated (from the last checkpoint) and saved.
         """
         refs = [a.export_state.remote() for a in self.actors]
-        return [self._saved(directory, i, ref) for i, ref in enumerate(refs)]
+        return {RECORD_KEY: [self._saved(directory, i, ref) for i, ref in enumerate(refs)]}
 
-    def _saved(self, directory: str, index: int, ref: ray.ObjectRef) -> int:
+    def _saved(self, directory: str, index: int, ref: ray.ObjectRef) -> dict[str, int]:
         try:
             data = ray.get(ref, timeout=self.timeout_s)
         except ray.exceptions.RayActorError as error:
             self.on_failure(index, error)  # raises unless restarting
             data = ray.get(self.actors[index].export_state.remote(), timeout=self.timeout_s)
-        write_atomic(shard_file(directory, index), data)
-        return stored_items(data)
+        write_atomic(shard_path(directory, index), data)
+        return summary(data)
 
     def load(self, directory: str) -> list[int]:
-        """Restores every shard from files written by :meth:`save`; returns their sizes."""
-        missing = [p for p in (shard_file(directory, i) for i in range(len(self.actors))) if not os.path.exists(p)]
-        if missing:
-            raise FileNotFoundError(
-                f"No replay contents for {len(missing)} of {len(self.actors)} shards: {missing[0]} ..."
-            )
-        sizes = ray.get(
-            [a.import_state.remote(read_bytes(shard_file(directory, i))) for i, a in enumerate(self.actors)]
-        )
-        self.saved_at(directory)
-        return sizes
+        """Restores every shard from files written by :meth:`save`; returns their sizes.
+
+        The files must be this run's number of shards, of its capacity (checked here, in one
+        line, before any shard takes them). A shard that dies while loading is, with
+        ``on_failure="restart"``, recreated and loaded from the same files.
+        """
+        check_fits(directory, len(self.actors), self._args[0])
+        self.saved_at(directory)  # from now on a restarted shard reloads these files
+        refs = [a.import_state.remote(read_bytes(shard_path(directory, i))) for i, a in enumerate(self.actors)]
+        return [self._loaded(directory, i, ref) for i, ref in enumerate(refs)]
+
+    def _loaded(self, directory: str, index: int, ref: ray.ObjectRef) -> int:
+        try:
+            return int(ray.get(ref, timeout=self.timeout_s))
+        except ray.exceptions.RayActorError as error:
+            if self.on_failure_mode == "raise":
+                raise ReplayShardError(
+                    f"replay shard {index} died while loading {shard_path(directory, index)}: {first_line(error)}. "
+                    "Set on_worker_failure='restart' to recreate it from the checkpoint."
+                ) from error
+            self.on_failure(index, error)
+            return self._recovery["restored_sizes"][index]
 
     def node_ids(self) -> list[str]:
         """The Ray node each shard runs on, in shard order."""
@@ -265,3 +253,8 @@ class ReplayShards:
                 ray.kill(actor)
             # Cleared in place, so that views made by sampling() see the shards gone too.
             self.actors.clear()
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (Ray's actor errors run over many)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -73,7 +73,8 @@ def evaluate_policy(
     of ``config.env``, stepped on the host; observations normalized with ``normalizer``'s
     statistics (fixed: evaluation counts nothing) where the run normalizes them. Returns are
     the environment's own rewards, never scaled. With ``video_dir``, each episode is also
-    written there as ``episode_<k>.mp4`` (listed under ``videos``)."""
+    written there as ``episode_<k>.mp4`` (listed under ``videos``). Where ``config`` caps its
+    episodes (ES's and ARS's ``max_episode_length``), an episode ends there too."""
     seed = evaluation_seed(config, seed)
     env = (
         video_env(config, seed)
@@ -83,6 +84,7 @@ def evaluate_policy(
     act: Callable[[Any, Any], Any] = jax.jit(policy.greedy)
     greedy_step = jax.jit(policy.greedy_step)
     returns, lengths, videos = [], [], []
+    max_length = getattr(config, "max_episode_length", None)
     for e in range(episodes):
         obs, _ = env.reset(seed=seed + e)
         if policy.recurrent:  # the state goes along within the episode, fresh for each
@@ -98,7 +100,8 @@ def evaluate_policy(
             action = greedy_env_actions(config, policy, act, params, np.asarray(obs)[None], normalizer)[0]
             action = action.item() if action.ndim == 0 else action
             obs, r, terminated, truncated, _ = env.step(action)
-            total, n, done = total + float(r), n + 1, terminated or truncated
+            total, n = total + float(r), n + 1
+            done = terminated or truncated or n == max_length
             if video is not None:
                 video.add(env.render())
         if video is not None:

@@ -7,7 +7,7 @@ Imported on first use of ``jaxflow.tune`` (``import jaxflow`` does not load Ray 
 """
 
 from jaxflow.tune.experiment import METRIC, SCHEDULERS, best_checkpoint, make_scheduler, results_table, tuner
-from jaxflow.tune.search import FORMS, SearchDim, parse_search, search_space
+from jaxflow.tune.search import FORMS, KeepInBounds, SearchDim, parse_search, search_space
 from jaxflow.tune.trainable import JaxflowTrainable, placement_for, trainable
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "METRIC",
     "SCHEDULERS",
     "JaxflowTrainable",
+    "KeepInBounds",
     "SearchDim",
     "best_checkpoint",
     "make_scheduler",

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     fixed = {k: parse_value(spec.config_cls, k, v) for k, v in settings.items()}
     dims = search_space(spec.config_cls, args.search, fixed)
     stop = parse_stop(args.stop) or DEFAULT_STOP
-    scheduler = make_scheduler(args.scheduler, dims, stop, args.scheduler_interval)
+    scheduler = make_scheduler(args.scheduler, dims, stop, args.scheduler_interval, spec.config_cls)
     if spec.run.program is None:
         env_spaces(config, spec)  # the env's spaces against the algorithm's, before Ray starts
     logdir = args.logdir or os.path.join(

@@ -17,7 +17,7 @@ from jaxflow.api import checkpoint
 from jaxflow.api.loop import should_stop
 from jaxflow.api.retention import BEST_FILE, DEFAULT_KEEP
 from jaxflow.config.fields import ConfigError
-from jaxflow.tune.search import SearchDim
+from jaxflow.tune.search import KeepInBounds, SearchDim
 from jaxflow.tune.trainable import trainable
 
 SCHEDULERS = ("fifo", "asha", "pbt")
@@ -31,10 +31,13 @@ SILENT = 0
 """Tune's verbosity: its own tables off; ``jaxflow tune`` prints one at the end."""
 
 
-def make_scheduler(name: str, dims: Sequence[SearchDim], stop: Mapping[str, float], interval: int) -> Any:
+def make_scheduler(
+    name: str, dims: Sequence[SearchDim], stop: Mapping[str, float], interval: int, config_cls: type
+) -> Any:
     """The scheduler ``name`` (out of :data:`SCHEDULERS`): ASHA up to ``stop``'s
     ``training_iteration``, first cut at ``interval``; PBT perturbing the sampled ``dims``
-    every ``interval`` iterations. Raises :class:`ConfigError` for what it cannot run."""
+    every ``interval`` iterations, within the bounds ``config_cls`` validates
+    (:class:`~jaxflow.tune.search.KeepInBounds`). Raises :class:`ConfigError` for what it cannot run."""
     if name not in SCHEDULERS:
         raise ConfigError(f"--scheduler {name!r} is not one of {list(SCHEDULERS)}.")
     if name == "fifo":
@@ -57,6 +60,7 @@ def make_scheduler(name: str, dims: Sequence[SearchDim], stop: Mapping[str, floa
         time_attr="training_iteration",
         perturbation_interval=interval,
         hyperparam_mutations={d.field: list(d.values) if d.kind == "choice" else d.domain() for d in dims},
+        custom_explore_fn=KeepInBounds(config_cls, [d.field for d in dims]),
     )
 
 

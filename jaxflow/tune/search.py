@@ -13,7 +13,7 @@ from typing import Any
 from ray import tune
 
 from jaxflow.config.fields import ConfigError
-from jaxflow.config.names import make_config, resolve
+from jaxflow.config.names import field_check, make_config, resolve
 from jaxflow.config.parsing import parse_value
 
 RANGES = ("loguniform", "uniform", "randint")
@@ -107,3 +107,27 @@ def search_space(cls: type, items: Sequence[str], fixed: Mapping[str, Any]) -> l
             except ConfigError as e:
                 raise ConfigError(f"--search {dim.field}={dim.kind}{dim.values}: at {value!r}, {e}") from None
     return dims
+
+
+class KeepInBounds:
+    """PBT's explore, kept within each perturbed field's validated bounds: Tune multiplies a
+    value by 0.8 or 1.2 past its search range, which may leave what the config allows
+    (``gamma`` 0.99 becomes 1.188) and would fail the trial; each value is moved to the
+    nearest allowed one (:meth:`~jaxflow.config.fields.Check.nearest`, the field's own
+    check, not a copy of it). Tune's ``custom_explore_fn``.
+
+    Example:
+        >>> from jaxflow.api.registry import get_algorithm
+        >>> keep = KeepInBounds(get_algorithm("PPO").config_cls, ["gamma", "lr"])
+        >>> keep({"gamma": 1.188, "lr": 0.012})
+        {'gamma': 1.0, 'lr': 0.012}
+    """
+
+    def __init__(self, cls: type, fields: Sequence[str]):
+        self.checks = {f: check for f in fields if (check := field_check(cls, f)) is not None}
+
+    def __call__(self, config: dict[str, Any]) -> dict[str, Any]:
+        for field, check in self.checks.items():
+            if isinstance(config.get(field), (int, float)):
+                config[field] = check.nearest(config[field])
+        return config

@@ -228,12 +228,14 @@ def test_list_names_algorithms_and_envs():
     assert done.returncode == 0, done.stderr
     out, err = done.stdout, done.stderr
     assert (
-        "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, ARS, DDPG, DDPPO, DQN, ES, IMPALA, MAML, PPO, Rainbow, SAC, TD3"
+        "algorithms: A2C, A3C, APEX, APEX_DDPG, APPO, ARS, DDPG, DDPPO, DQN, ES, IMPALA, MAML, PPO, R2D2, Rainbow, SAC, TD3"
         in out
     )
     assert "for Box action spaces: A2C, A3C, APEX_DDPG, APPO, ARS, DDPG, DDPPO, ES, IMPALA, PPO, SAC, TD3" in out
-    assert "for Discrete action spaces: A2C, A3C, APEX, APPO, ARS, DDPPO, DQN, ES, IMPALA, MAML, PPO, Rainbow" in out
-    assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, Rainbow, SAC, TD3" in out
+    assert (
+        "for Discrete action spaces: A2C, A3C, APEX, APPO, ARS, DDPPO, DQN, ES, IMPALA, MAML, PPO, R2D2, Rainbow" in out
+    )
+    assert "with device mode (gymnax and brax envs): A2C, APPO, DDPG, DQN, IMPALA, PPO, R2D2, Rainbow, SAC, TD3" in out
     assert "for policies of multi-agent runs (--multiagent FILE): A2C, DDPG, DQN, PPO, Rainbow, SAC, TD3" in out
     assert (
         "multiagent/Coordination-v0" in out and "multiagent/Rendezvous-v0" in out and "jaxflow/MaskedChoice-v0" in out

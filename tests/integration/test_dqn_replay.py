@@ -3,6 +3,8 @@ replay shard restored from the last checkpoint, the learner thread and its queue
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 
 import gymnasium
@@ -48,6 +50,8 @@ def test_replay_is_checkpointed_with_the_learner_and_resumed(ray_local, tmp_path
     finally:
         algo.stop()
     assert sizes[0] > 0
+    meta = json.load(open(os.path.join(path, "meta.json")))
+    assert meta["replay_shards"] == [{"size": sizes[0], "capacity": 20_000}]
     restored = Algorithm.restore(str(tmp_path))
     try:
         assert [s["size"] for s in restored.replay.stats()] == sizes

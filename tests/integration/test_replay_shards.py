@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import ray
 
+from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import from_items
 from jaxflow.ops.replay_ops import (
     REPLAY_ITEMS_DROPPED,
@@ -16,6 +17,7 @@ from jaxflow.ops.replay_ops import (
     StoreToReplay,
     UpdatePriorities,
 )
+from jaxflow.replay.saved import check_fits, check_record
 from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import SampleBatch
@@ -228,13 +230,73 @@ def test_a_shard_dead_at_a_save_is_restarted_from_the_last_checkpoint_and_saved(
     from_items([step(10, 6)]).for_each(StoreToReplay(shards, shard=1)).take(1)
     first = str(tmp_path / "first")
     os.makedirs(first)
-    assert shards.save(first) == [10, 6]
+    assert shards.save(first) == {"replay_shards": [{"size": 10, "capacity": 100}, {"size": 6, "capacity": 100}]}
     shards.saved_at(first)
     from_items([step(16, 4)]).for_each(StoreToReplay(shards, shard=1)).take(1)
     ray.kill(shards.actors[1], no_restart=True)
     second = str(tmp_path / "second")
     os.makedirs(second)
     # Shard 1's 4 items since the first checkpoint are lost with it; the save still succeeds.
-    assert shards.save(second) == [10, 6]
+    assert [s["size"] for s in shards.save(second)["replay_shards"]] == [10, 6]
     assert shards.num_restarts == 1
     assert shards.restored_sizes == {1: 6} and shards.restored_checkpoints == {1: first}
+
+
+def _checkpoint(tmp_path, sizes: tuple[int, ...] = (10, 6)) -> tuple[str, list[np.ndarray]]:
+    """The files of shards holding ``sizes`` items (ids 0..9, then 10..15 by default), as
+    ``ReplayShards.save`` writes them (exported by local shards: no actor needed), and each shard's ids."""
+    path = str(tmp_path / "ckpt")
+    os.makedirs(path)
+    local = [ReplayShard(capacity=100, seed=0) for _ in sizes]
+    for i, (shard, n) in enumerate(zip(local, sizes)):
+        shard.add(items(sum(sizes[:i]), n))
+        open(os.path.join(path, f"replay_shard_{i}.npz"), "wb").write(shard.export_state())
+    return path, [shard.get_state()["buffer"]["data/id"] for shard in local]
+
+
+def test_a_shard_dead_during_a_load_is_restarted_with_the_checkpoints_contents(make_shards, tmp_path):
+    path, expected = _checkpoint(tmp_path, sizes=(10,))
+    shards = make_shards(1, capacity=100, seed=1, on_failure="restart")
+    ray.kill(shards.actors[0], no_restart=True)  # dead as the restore starts: its import_state fails
+    assert shards.load(path) == [10]
+    assert shards.num_restarts == 1 and shards.restored_checkpoints == {0: path} and shards.restored_sizes == {0: 10}
+    np.testing.assert_array_equal(shard_ids(shards)[0], expected[0])
+    # Dead after the restore, the shard comes back with the checkpoint it was loaded from.
+    ray.kill(shards.actors[0], no_restart=True)
+    assert [s["size"] for s in shards.save(str(tmp_path))["replay_shards"]] == [10]
+    assert shards.num_restarts == 2 and shards.restored_checkpoints == {0: path}
+
+
+def test_a_shard_dead_during_a_load_without_restart_is_named_in_one_line(make_shards, tmp_path):
+    path, _ = _checkpoint(tmp_path)
+    shards = make_shards(2, capacity=100, seed=1)
+    ray.kill(shards.actors[0], no_restart=True)
+    with pytest.raises(ReplayShardError, match="replay shard 0 died while loading .*replay_shard_0.npz") as e:
+        shards.load(path)
+    assert "\n" not in str(e.value) and "on_worker_failure='restart'" in str(e.value)
+
+
+def test_replay_files_that_do_not_fit_the_run_are_refused_in_one_line(tmp_path):
+    """What ``ReplayShards.load`` checks first, before any shard takes the files."""
+    path, _ = _checkpoint(tmp_path)
+    check_fits(path, 2, 100)
+    with pytest.raises(ConfigError, match="shard of capacity 100, this run's shards hold 50"):
+        check_fits(path, 2, 50)
+    with pytest.raises(ConfigError, match="No replay contents for 1 of 3 shards"):
+        check_fits(path, 3, 100)
+    with pytest.raises(ConfigError, match="more replay shards than this run's 1"):
+        check_fits(path, 1, 100)
+
+
+def test_a_multiagent_record_is_checked_per_policy_directory(tmp_path):
+    """``{"replay_<policy>": [...]}``: each policy's shards against its own list."""
+    path, _ = _checkpoint(tmp_path)
+    os.rename(path, str(tmp_path / "replay_p0"))
+    record = {"replay_p0": [{"size": 10, "capacity": 100}, {"size": 6, "capacity": 100}]}
+    check_record(str(tmp_path), record)
+    with pytest.raises(
+        ConfigError, match=r"replay_p0/replay_shard_1\.npz holds 6 items of capacity 100, replay_shards says 7"
+    ):
+        check_record(str(tmp_path), {"replay_p0": [{"size": 10, "capacity": 100}, {"size": 7, "capacity": 100}]})
+    with pytest.raises(ConfigError, match=r"replay_shards names '\.\./x', which is no replay_<policy> directory"):
+        check_record(str(tmp_path), {"../x": []})

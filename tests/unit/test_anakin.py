@@ -172,19 +172,22 @@ print(json.dumps({"devices": len(jax.devices()), "return": r["episode_return_mea
 def test_four_devices_match_one_device(tmp_path):
     """Environments sharded over 4 forced CPU devices, parameters replicated: after 4
     iterations (32 minibatch steps) the parameters equal the 1-device run's to 1e-5."""
-    outs = {}
-    for n in (1, 4):
+    procs = {}
+    for n in (1, 4):  # both at once: each spends seconds importing on one core before it computes
         env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={n}")
-        proc = subprocess.run(
+        procs[n] = subprocess.Popen(
             [sys.executable, "-c", FOUR_DEVICES, str(tmp_path / f"{n}.npz")],
             env=env,
             cwd=ROOT,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=300,
         )
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        info = json.loads(proc.stdout.strip().splitlines()[-1])
+    outs = {}
+    for n, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 0, stderr[-3000:]
+        info = json.loads(stdout.strip().splitlines()[-1])
         assert info["devices"] == n
         outs[n] = np.load(tmp_path / f"{n}.npz")
     for k in outs[1].files:

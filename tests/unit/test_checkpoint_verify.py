@@ -22,8 +22,11 @@ from jaxflow.api.restore import plan_restore, state_template
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import make_config
 from jaxflow.config.parsing import to_json_dict
+from jaxflow.replay import saved as saved_replay
+from jaxflow.replay.shard import ReplayShard
 
-CONFIG = dict(env="CartPole-v1", hidden_sizes=(16,))
+CONFIG = dict(env="CartPole-v1", hidden_sizes=(16,), num_replay_shards=2, buffer_size=2_000, learning_starts=100)
+CAPACITY = 1_000  # each shard's: buffer_size / num_replay_shards
 GOOD, TAMPERED = "checkpoint_000001", "checkpoint_000002"
 
 
@@ -37,10 +40,24 @@ class Payload:
         return (open, (self.marker, "w"))
 
 
+def _shard_export(size: int, capacity: int = CAPACITY) -> bytes:
+    """A replay shard's real export (:meth:`ReplayShard.export_state`) holding ``size`` items."""
+    shard = ReplayShard(capacity=capacity, seed=0)
+    shard.add({"obs": np.ones((size, 4), np.float32)})
+    return shard.export_state()
+
+
+def _write_replay(path: str) -> dict:
+    """Two shards' files, of 3 and 2 items, as ``ReplayShards.save`` writes and records them."""
+    exports = [_shard_export(3), _shard_export(2)]
+    for i, data in enumerate(exports):
+        open(f"{path}/replay_shard_{i}.npz", "wb").write(data)
+    return {saved_replay.RECORD_KEY: [saved_replay.summary(data) for data in exports]}
+
+
 def _save(directory: str, state, iteration: int, config) -> str:
     meta = {"algorithm": "DQN", "config": to_json_dict(config), "context": {"counters": {"env_steps_sampled": 7}}}
-    replay = {"__meta__": np.frombuffer(b'{"size": 3}', np.uint8), "buffer/obs": np.ones((3, 4), np.float32)}
-    return checkpoint.save(directory, iteration, state, meta, lambda p: np.savez(f"{p}/replay_shard_0.npz", **replay))
+    return checkpoint.save(directory, iteration, state, meta, _write_replay)
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +193,15 @@ CASES: dict[str, tuple[str, Callable[[str], None], str]] = {
     "state retyped": ("retyped", lambda p: None, "state does not fit this config: step: saved float32[], expected int32[]"),
     "object array in an npz": ("good", _npz(obs=OBJECT), "replay_shard_0.npz:obs.npy holds an object array (object)"),
     "structured dtype with an object field": ("good", _npz(obs=np.zeros(2, [("a", "f4"), ("b", "O")])), "holds an object array"),
+    "replay file of another size, resealed": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_1.npz", "wb").write(_shard_export(4))), "replay_shard_1.npz holds 4 items of capacity 1000, replay_shards says 2 of 1000"),
+    "replay file of another capacity, resealed": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_0.npz", "wb").write(_shard_export(3, 999))), "replay_shard_0.npz holds 3 items of capacity 999, replay_shards says 3 of 1000"),
+    "replay file truncated": ("good", lambda p: os.truncate(f"{p}/replay_shard_0.npz", 100), "replay_shard_0.npz has 100 bytes, the manifest says"),
+    "replay file deleted, resealed": ("good", _then_reseal(lambda p: os.remove(f"{p}/replay_shard_1.npz")), "replay_shards lists 2 shards, the files are for shards [0]"),
+    "replay file added, resealed": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_2.npz", "wb").write(_shard_export(1))), "replay_shards lists 2 shards, the files are for shards [0, 1, 2]"),
+    "replay file without its meta, resealed": ("good", _npz(obs=np.ones(3, np.float32)), "replay_shard_0.npz is not a replay shard's contents"),
+    "replay sizes edited in meta.json": ("good", _meta(replay_shards=[{"size": 5, "capacity": CAPACITY}, {"size": 2, "capacity": CAPACITY}]), "replay_shard_0.npz holds 3 items of capacity 1000, replay_shards says 5 of 1000"),
+    "replay record a list of numbers": ("good", _meta(replay_shards=[3, 2]), 'replay_shards is not a list of {"size": int, "capacity": int}'),
+    "replay record naming no policy directory": ("good", _meta(replay_shards={"size": 3}), "replay_shards names 'size', which is no replay_<policy> directory here"),
     "npz not a zip": ("good", _then_reseal(lambda p: open(f"{p}/replay_shard_0.npz", "wb").write(b"PK junk")), "replay_shard_0.npz is not a readable numpy file"),
     "format 1 with an object npy": ("good", _format_1, "extra.npy holds an object array"),
     "state/ deleted": ("good", _then_reseal(lambda p: shutil.rmtree(f"{p}/state")), "no state/ directory"),
@@ -296,3 +322,18 @@ def test_overrides_that_reshape_the_state_are_refused_naming_them(saved, tmp_pat
     assert cli.main(["train", "--resume", str(run), "--set", "hidden_sizes=32,32", "--set", "num_workers=1"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "refused: hidden_sizes (state does not fit this config: " in err
+
+
+@pytest.mark.parametrize(
+    "overrides, layout",
+    [
+        ({"buffer_size": 4_000}, "would be 2 of 2000"),
+        ({"num_replay_shards": 4, "buffer_size": 4_000}, "would be 4 of 1000"),
+    ],
+)
+def test_overrides_that_change_the_replay_layout_are_refused_before_ray(saved, no_ray, overrides, layout):
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        plan_restore(saved["good"], overrides)
+    assert f"its replay is 2 shards of capacity [1000], this config's {layout}" in str(e.value)
+    assert "\n" not in str(e.value)
+    assert plan_restore(saved["good"], {"learning_starts": 200}).config.learning_starts == 200  # replay kept: allowed

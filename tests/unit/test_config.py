@@ -27,6 +27,7 @@ from jaxflow.config import (
     to_json_dict,
     with_overrides,
 )
+from jaxflow.config.fields import POSITIVE, UNIT, Check
 
 
 def test_defaults_are_valid():
@@ -382,3 +383,12 @@ def test_bad_placement_settings_fail_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as error:
         make_config(APEXConfig, **overrides)
     assert "\n" not in str(error.value)
+
+
+def test_a_checks_nearest_allowed_value():
+    assert (UNIT.nearest(1.188), UNIT.nearest(-0.5), UNIT.nearest(0.3)) == (1.0, 0.0, 0.3)
+    assert type(UNIT.nearest(2)) is int and UNIT.nearest(2) == 1
+    assert (POSITIVE.nearest(0), POSITIVE.nearest(-3), POSITIVE.nearest(0.0)) == (1, 1, 5e-324)
+    below_one = Check(high=1.0, high_inclusive=False)
+    assert below_one.nearest(1.0) == 1.0 - 2**-53 and below_one(below_one.nearest(1.2))
+    assert Check(low=2, high=5).nearest(9) == 5

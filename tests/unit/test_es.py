@@ -14,10 +14,14 @@ from jaxflow import Algorithm, ConfigError, make_config
 from jaxflow.algorithms.es import (
     ARSConfig,
     ESConfig,
+    SearchWorker,
     antithetic_gradient,
     centered_ranks,
+    noise_table,
     top_directions_gradient,
 )
+from jaxflow.api.registry import get_algorithm
+from jaxflow.api.spaces import env_spaces
 
 SMALL_TABLE = 100_000
 TINY = dict(env="gymnax/CartPole-v1", population_size=4, noise_table_size=SMALL_TABLE, hidden_sizes=(4,))
@@ -60,6 +64,7 @@ def test_top_directions_gradient_by_hand():
         (ESConfig, dict(num_seeds=2), r"num_seeds, sweep and pbt are not supported"),
         (ARSConfig, dict(population_size=8, top_directions=5), r"top_directions \(5\) must be at most"),
         (ESConfig, dict(noise_table_size=10), r"noise_table_size must be at least 1000"),
+        (ARSConfig, dict(max_episode_length=0), r"ARSConfig\.max_episode_length must satisfy 0 < value, got 0"),
     ],
 )
 def test_bad_settings_are_refused_on_construction(cls, overrides, match):
@@ -100,3 +105,31 @@ def test_a_checkpoint_restores_the_search_state(tmp_path):
         assert out["episodes"] == 2 and np.isfinite(out["return_mean"])
     finally:
         back.stop()
+
+
+CUT = 25  # steps after which the endless env's episodes are cut
+
+
+def test_device_episodes_of_an_env_without_an_end_are_cut_at_max_episode_length():
+    algo = Algorithm.build(
+        "ARS", **dict(TINY, env="test/Endless-v0", top_directions=1, iterations_per_call=1, max_episode_length=CUT)
+    )
+    try:
+        result = algo.train()  # 4 episodes of reward 1 per step, none ending by itself
+        assert result["env_steps_sampled"] == 4 * CUT
+        assert result["population"]["return_mean"] == CUT and result["episode_len_mean"] == CUT
+        out = algo.evaluate(episodes=2)  # on the host, through the CPU wrapper: cut alike
+        assert out["returns"] == [CUT, CUT] and out["lengths"] == [CUT, CUT]
+    finally:
+        algo.stop()
+
+
+def test_ray_workers_episodes_of_an_env_without_an_end_are_cut_at_max_episode_length():
+    """A Ray worker's own episode loop, run in this process (the class the actor wraps)."""
+    spec = get_algorithm("ES")
+    config = make_config(spec.config_cls, **dict(TINY, env="test/Endless-v0", mode="ray", max_episode_length=CUT))
+    policy = spec.policy(config, *env_spaces(config, spec))
+    worker = SearchWorker(config, policy, np.asarray(noise_table(SMALL_TABLE)), 0)
+    out = worker.evaluate(np.zeros(worker.dim, np.float32), np.array([0, 7]), 0, None)
+    assert out["returns_pos"].tolist() == out["returns_neg"].tolist() == [CUT, CUT]
+    assert out["lengths"].tolist() == [CUT] * 4 and out["moments"].count == 4 * CUT

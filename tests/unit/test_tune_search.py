@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
+from ray.tune.schedulers.pbt import _explore
 
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config import ConfigError, make_config
-from jaxflow.tune import SearchDim, make_scheduler, parse_search, placement_for, search_space
+from jaxflow.tune import SearchDim, make_scheduler, parse_search, placement_for, search_space, trainable
 
 PPO = get_algorithm("PPO").config_cls
 
@@ -85,18 +86,35 @@ def test_search_space_probes_the_config_at_each_bound():
 
 def test_schedulers_by_name():
     dims = [SearchDim("lr", "loguniform", (1e-4, 1e-2))]
-    assert type(make_scheduler("fifo", dims, {}, 1)) is FIFOScheduler
-    asha = make_scheduler("asha", dims, {"training_iteration": 8.0}, 2)
+    assert type(make_scheduler("fifo", dims, {}, 1, PPO)) is FIFOScheduler
+    asha = make_scheduler("asha", dims, {"training_iteration": 8.0}, 2, PPO)
     assert isinstance(asha, ASHAScheduler)
     assert [t for t, _ in asha._brackets[0]._rungs] == [8, 4, 2]  # cuts at 2 and 4 (max_t 8 ends the trial)
-    pbt = make_scheduler("pbt", dims, {}, 3)
+    pbt = make_scheduler("pbt", dims, {}, 3, PPO)
     assert isinstance(pbt, PopulationBasedTraining) and pbt._perturbation_interval == 3
     with pytest.raises(ConfigError, match=r"--scheduler 'hyperband' is not one of \['fifo', 'asha', 'pbt'\]"):
-        make_scheduler("hyperband", dims, {}, 1)
+        make_scheduler("hyperband", dims, {}, 1, PPO)
     with pytest.raises(ConfigError, match="asha needs --stop training_iteration=N"):
-        make_scheduler("asha", dims, {"time_s": 60.0}, 1)
+        make_scheduler("asha", dims, {"time_s": 60.0}, 1, PPO)
     with pytest.raises(ConfigError, match=r"not grid_search: \['gamma'\]"):
-        make_scheduler("pbt", [SearchDim("gamma", "grid_search", (0.9, 0.99))], {}, 1)
+        make_scheduler("pbt", [SearchDim("gamma", "grid_search", (0.9, 0.99))], {}, 1, PPO)
+
+
+def test_pbt_perturbations_stay_within_the_fields_bounds():
+    """Tune's own explore step (times 0.8 or 1.2), run 40 times from gamma 0.999 and
+    num_epochs 1: without the clamp a third of the gammas pass 1 (the trial would fail); with
+    it they stop at 1 (UNIT's inclusive bound) and num_epochs at 1 (POSITIVE, an integer)."""
+    dims = [SearchDim("gamma", "uniform", (0.95, 0.999)), SearchDim("num_epochs", "randint", (1, 4))]
+    pbt = make_scheduler("pbt", dims, {}, 1, PPO)
+    parent = {"gamma": 0.999, "num_epochs": 1}
+    mutations, factors = pbt._hyperparam_mutations, pbt._perturbation_factors
+    raw = [_explore(parent, mutations, 0.0, factors, None)[0] for _ in range(40)]
+    kept = [_explore(parent, mutations, 0.0, factors, pbt._custom_explore_fn)[0] for _ in range(40)]
+    assert any(c["gamma"] > 1 for c in raw)
+    assert sorted({c["gamma"] for c in kept}) == pytest.approx([0.999 * 0.8, 1.0])
+    assert {c["num_epochs"] for c in kept} == {1}  # int(1 * 0.8) = 0 is moved to 1
+    run = trainable("PPO", env="CartPole-v1").run_config
+    assert all(run(c).gamma <= 1 for c in kept)
 
 
 def test_a_trials_placement_group_holds_its_driver_workers_and_shards():

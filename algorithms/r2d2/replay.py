@@ -1,0 +1,118 @@
+"""R2D2's sequence replay on the device, as pure functions (a
+:class:`~jaxflow.ondevice.spec.ReplayBuffer`): every env's steps in one time-major ring, each
+step stored once; a sequence of ``L = burn_in + trace_length`` steps starts every
+``sequence_period`` steps (the paper: overlapping, each with the recurrent state at its start
+stored), one priority per sequence.
+
+The ring holds ``M`` blocks of ``P = sequence_period`` steps per env, written one fragment
+(``P`` steps of every env, with its start state) at a time; the sequence starting at block
+``j`` covers blocks ``j .. j + k - 1`` (``k = L / P``, modulo ``M``). Writing block ``w``
+completes the sequence starting at ``w - k + 1`` (it enters with the largest priority given
+so far, as in Schaul et al.'s prioritized replay) and ends the one starting at ``w`` (its
+first block is overwritten); no other sequence changes. Sequences run across episode ends:
+the loss resets the state where ``episode_starts`` says, and no step is padding.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxflow.ondevice.spec import ReplayBuffer
+from jaxflow.policies.sequences import STATE_FIELD
+
+Array = jax.Array
+
+
+class SequenceReplayState(NamedTuple):
+    """``steps[name]: [M * P, B, ...]``, ``start_states``: the recurrent state at each block's
+    first step ``[M, B, ...]``, ``priorities [M, B]`` (``p^alpha`` of the sequence starting at
+    that block, 0 where none can be sampled), ``blocks`` written so far, ``size`` (sequences
+    that can be sampled) and ``max_priority`` (the largest priority given, before ``alpha``)."""
+
+    steps: dict[str, Array]
+    start_states: Any
+    priorities: Array
+    blocks: Array
+    size: Array
+    max_priority: Array
+
+
+def init(batch: Mapping[str, Any], capacity: int, *, sequence_blocks: int) -> SequenceReplayState:
+    """An empty ring for fragments shaped like ``batch`` (``[P, B, ...]`` steps and the
+    ``policy_state`` ``[B, ...]``), holding ``capacity`` sequences of ``sequence_blocks``
+    blocks: ``ceil(capacity / B) + sequence_blocks - 1`` blocks per env."""
+    period, num_envs = batch["actions"].shape[:2]
+    num_blocks = -(-capacity // num_envs) + sequence_blocks - 1
+    steps = {k: jnp.zeros((num_blocks * period, *v.shape[1:]), v.dtype) for k, v in batch.items() if k != STATE_FIELD}
+    states = jax.tree.map(lambda v: jnp.zeros((num_blocks, *v.shape), v.dtype), batch[STATE_FIELD])
+    zero = jnp.zeros((), jnp.int32)
+    return SequenceReplayState(
+        steps, states, jnp.zeros((num_blocks, num_envs), jnp.float32), zero, zero, jnp.ones((), jnp.float32)
+    )
+
+
+def add(state: SequenceReplayState, batch: Mapping[str, Array], alpha: Any, *, sequence_blocks: int) -> Any:
+    """Writes one fragment (``P`` steps of every env and their start ``policy_state``) over the
+    oldest block; the sequence it completes enters with the largest priority so far."""
+    num_blocks, num_envs = state.priorities.shape
+    period = state.steps["actions"].shape[0] // num_blocks
+    w = state.blocks % num_blocks
+    steps = {k: jax.lax.dynamic_update_slice_in_dim(v, batch[k], w * period, 0) for k, v in state.steps.items()}
+    states = jax.tree.map(lambda s, x: s.at[w].set(x), state.start_states, batch[STATE_FIELD])
+    complete = (w - sequence_blocks + 1) % num_blocks
+    written = state.blocks + 1
+    new = jnp.where(written >= sequence_blocks, jnp.power(state.max_priority, alpha), 0.0)
+    priorities = state.priorities.at[w].set(0.0).at[complete].set(jnp.full((num_envs,), new))
+    sequences = jnp.clip(jnp.minimum(written, num_blocks) - sequence_blocks + 1, 0, None) * num_envs
+    return SequenceReplayState(steps, states, priorities, written, sequences, state.max_priority)
+
+
+def sample(
+    state: SequenceReplayState, key: Array, batch_size: int, beta: Any, *, sequence_length: int
+) -> tuple[dict[str, Array], Array, Array]:
+    """``(sequences, slots, importance_weights)``: ``batch_size`` sequences, batch-major
+    ``[N, L, ...]`` with their start ``policy_state [N, ...]``, drawn in proportion to their
+    priorities by stratified inverse-CDF sampling (as :func:`jaxflow.replay.on_device.sample`);
+    weights ``(p / p_min)^-beta`` over the sequences that can be sampled, in ``(0, 1]``."""
+    num_blocks, num_envs = state.priorities.shape
+    period = state.steps["actions"].shape[0] // num_blocks
+    flat = state.priorities.reshape(-1)
+    cdf = jnp.cumsum(flat)
+    total = cdf[-1]
+    u = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) * (total / batch_size)
+    # Round-off at the top of the CDF may land past the last sequence with mass: clamp to it.
+    slots = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), jnp.argmax(cdf >= total)).astype(jnp.int32)
+    block, env = slots // num_envs, slots % num_envs
+    rows = (block[:, None] * period + jnp.arange(sequence_length)[None, :]) % (num_blocks * period)  # [N, L]
+    sequences = {k: v[rows, env[:, None]] for k, v in state.steps.items()}
+    sequences[STATE_FIELD] = jax.tree.map(lambda s: s[block, env], state.start_states)
+    p_min = jnp.min(jnp.where(flat > 0, flat, jnp.inf))
+    return sequences, slots, jnp.power(flat[slots] / p_min, -beta)
+
+
+def update_priorities(state: SequenceReplayState, slots: Array, priorities: Array, alpha: Any) -> Any:
+    """Sets the priorities of the sequences at ``slots`` to ``priorities ** alpha``; the largest
+    priority so far grows with them."""
+    flat = state.priorities.reshape(-1).at[slots].set(jnp.power(priorities, alpha).astype(jnp.float32))
+    return state._replace(
+        priorities=flat.reshape(state.priorities.shape),
+        max_priority=jnp.maximum(state.max_priority, priorities.max()),
+    )
+
+
+def sequence_buffer(burn_in: int, trace_length: int, sequence_period: int) -> ReplayBuffer:
+    """The buffer's functions for sequences of ``burn_in + trace_length`` steps, one every
+    ``sequence_period`` steps (which divides the length)."""
+    length = burn_in + trace_length
+    blocks = length // sequence_period
+    return ReplayBuffer(
+        functools.partial(init, sequence_blocks=blocks),
+        functools.partial(add, sequence_blocks=blocks),
+        functools.partial(sample, sequence_length=length),
+        update_priorities,
+    )

@@ -1,0 +1,168 @@
+"""Recurrent against feed-forward PPO: env steps per second of each on the same task and settings.
+
+A runner is one way of training a policy (so far PPO in device mode on
+``jaxflow/StatelessCartPole-v1``); each trains the same config twice, with ``use_lstm`` on
+(an LSTM of ``--lstm-size`` units after the MLP torso of ``--hidden-sizes``) and off. A run builds the algorithm,
+trains ``--warmup`` untimed calls (the first compiles), then times ``--calls`` more, in wall
+and CPU seconds of this process. Recurrent and feed-forward runs take turns (``--repeats``
+pairs, the order swapped every pair), so a drift in the machine's load touches both alike.
+Reported per runner: the median env steps/s of each and the time per env step of the
+recurrent policy over the feed-forward one's (the issue's aim: at most 1.5). Writes
+``results/recurrent.json``, ``.md`` and ``.png``.
+
+    .venv/bin/python benchmarks/recurrent.py            # lstm 128, 3 pairs of runs
+    .venv/bin/python benchmarks/recurrent.py --quick
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from common import argument_parser, fmt, logger, machine_info, save_figure, write_report
+
+from jaxflow import Algorithm
+
+log = logger("recurrent")
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+POLICIES = ("feed-forward", "recurrent")
+TASK = "jaxflow/StatelessCartPole-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Runner:
+    """One way of training, measured with and without ``use_lstm``:
+    ``measure(use_lstm, args, seed) -> (env steps, wall s, CPU s)`` of the timed part of one run."""
+
+    name: str
+    measure: Callable[[bool, Any, int], tuple[int, float, float]]
+
+
+def device_ppo(use_lstm: bool, args: Any, seed: int) -> tuple[int, float, float]:
+    """PPO in device mode: every compiled call is ``iterations_per_call`` rollouts and updates."""
+    algo = Algorithm.build(
+        "PPO",
+        env=TASK,
+        mode="device",
+        seed=seed,
+        use_lstm=use_lstm,
+        hidden_sizes=tuple(args.hidden_sizes),
+        lstm_size=args.lstm_size,
+        num_envs=args.num_envs,
+        rollout_fragment_length=args.fragment,
+        minibatch_size=args.minibatch_size,
+        iterations_per_call=args.iterations_per_call,
+    )
+    try:
+        for _ in range(args.warmup):
+            algo.train()
+        start = algo.train()["env_steps_sampled"]
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(args.calls):
+            result = algo.train()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return int(result["env_steps_sampled"] - start), wall, cpu
+    finally:
+        algo.stop()
+
+
+RUNNERS = [Runner("PPO, device mode", device_ppo)]
+"""What is compared; Ray mode's recurrent workers and IMPALA's recurrent learner join here as runners."""
+
+
+def parse_args() -> Any:
+    p = argument_parser(__doc__)
+    p.add_argument("--lstm-size", type=int, default=128)
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=[128, 128], help="both policies' MLP torso")
+    p.add_argument("--num-envs", type=int, default=64)
+    p.add_argument("--fragment", type=int, default=16, help="rollout_fragment_length (the sequence length)")
+    p.add_argument("--minibatch-size", type=int, default=512)
+    p.add_argument("--iterations-per-call", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls (the first compiles)")
+    p.add_argument("--calls", type=int, default=5, help="timed calls per run")
+    p.add_argument("--repeats", type=int, default=3, help="pairs of runs (recurrent and feed-forward)")
+    p.add_argument("--quick", action="store_true", help="1 pair, 2 timed calls")
+    p.add_argument("--out-dir", default=RESULTS_DIR, help="where recurrent.json, .md and .png go")
+    args = p.parse_args()
+    if args.quick:
+        args.repeats, args.calls = 1, 2
+    return args
+
+
+def measure(runner: Runner, args: Any) -> dict[str, Any]:
+    """Alternating runs of one runner: each policy's per-run rates and their medians."""
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in POLICIES}
+    for repeat in range(args.repeats):
+        for name in POLICIES if repeat % 2 == 0 else POLICIES[::-1]:
+            steps, wall, cpu = runner.measure(name == "recurrent", args, repeat)
+            runs[name].append({"env_steps": steps, "wall_s": wall, "cpu_s": cpu})
+            log(f"{runner.name}, {name}, run {repeat}: {steps / wall:,.0f} env steps/s ({steps / cpu:,.0f} per CPU s)")
+    rate = {n: statistics.median(r["env_steps"] / r["wall_s"] for r in runs[n]) for n in POLICIES}
+    cpu_rate = {n: statistics.median(r["env_steps"] / r["cpu_s"] for r in runs[n]) for n in POLICIES}
+    return {
+        "runner": runner.name,
+        "env_steps_per_s": rate,
+        "env_steps_per_cpu_s": cpu_rate,
+        # time per step, recurrent over feed-forward: the inverse ratio of the rates
+        "time_ratio": rate["feed-forward"] / rate["recurrent"],
+        "cpu_time_ratio": cpu_rate["feed-forward"] / cpu_rate["recurrent"],
+        "runs": runs,
+    }
+
+
+def table(rows: list[dict[str, Any]], args: Any) -> str:
+    lines = [
+        f"# Recurrent vs feed-forward PPO on {TASK}: MLP torso {tuple(args.hidden_sizes)}, then (recurrent) "
+        f"an LSTM of {args.lstm_size}; {args.num_envs} envs, {args.fragment}-step sequences",
+        "",
+        "| runner | feed-forward steps/s | recurrent steps/s | time per step, recurrent / feed-forward "
+        "| feed-forward steps per CPU s | recurrent steps per CPU s | CPU time ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        rate, cpu = row["env_steps_per_s"], row["env_steps_per_cpu_s"]
+        lines.append(
+            f"| {row['runner']} | {rate['feed-forward']:,.0f} | {rate['recurrent']:,.0f} "
+            f"| {fmt(row['time_ratio'], '.2f')} | {cpu['feed-forward']:,.0f} | {cpu['recurrent']:,.0f} "
+            f"| {fmt(row['cpu_time_ratio'], '.2f')} |"
+        )
+    lines += ["", f"Medians of {args.repeats} alternating runs each; aim: a time ratio of at most 1.5."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    args = parse_args()
+    machine = machine_info()
+    rows = [measure(runner, args) for runner in RUNNERS]
+    report = {"args": vars(args), "machine": machine, "load_average_at_end": list(os.getloadavg()), "runners": rows}
+    write_report(args.out_dir, "recurrent", report, table(rows, args))
+    save_figure(_figure(rows), os.path.join(args.out_dir, "recurrent.png"))
+
+
+def _figure(rows: list[dict[str, Any]]) -> Any:
+    """Each runner's rates of both policies: per wall second, and per CPU second of this
+    process (which moves less with other processes' load)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    width = 0.38
+    for ax, key, label in zip(axes, ("env_steps_per_s", "env_steps_per_cpu_s"), ("wall", "CPU"), strict=True):
+        for i, name in enumerate(POLICIES):
+            xs = [j + (i - 0.5) * width for j in range(len(rows))]
+            ax.bar(xs, [row[key][name] for row in rows], width, label=name)
+        ax.set_xticks(range(len(rows)), [row["runner"] for row in rows])
+        ax.set_ylabel(f"env steps per {label} second")
+    axes[0].set_title("Recurrent vs feed-forward PPO (medians)")
+    axes[1].legend()
+    return fig
+
+
+if __name__ == "__main__":
+    main()
