@@ -9,6 +9,9 @@ in the driver: ``num_workers=0``, one learner), ``workers`` (``--workers`` rollo
 budget: env steps/s at the return SBX reaches). Each reports env steps/s, gradient steps/s and the training return at equal env steps, medians
 over seeds, and ratios against SBX's medians.
 
+Each also reports the CPU time per gradient step, which the machine's load changes far less
+than the wall clock. Settings in ``continuous_settings.py``, the report in ``continuous_report.py``.
+
 Writes ``benchmarks/results/continuous.json``, ``.md`` and ``.png`` (learning curves) and
 prints the Markdown report. Command lines: see ``benchmarks/README.md``.
 """
@@ -19,18 +22,33 @@ import argparse
 import dataclasses
 import datetime
 import importlib.metadata
-import itertools
 import json
-import math
 import os
 import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from common import argument_parser, fmt, logger, machine_info, median_of_measured, ratio, save_figure, write_report
+from common import argument_parser, fmt, logger, machine_info, write_report
+from continuous_report import markdown, plot, summarize
+from continuous_settings import (
+    CURVE_STEP,
+    DEVICE_MANY,
+    DEVICE_RUNNERS,
+    ENVS,
+    PER_ALGO,
+    RUNNERS,
+    WARM_POINTS,
+    Mark,
+    Run,
+    hyperparameters,
+    jaxflow_fields,
+    nan_to_none,
+    sbx_kwargs,
+)
 
 log = logger("continuous")
 
@@ -39,192 +57,6 @@ RESULTS_DIR = os.path.join(HERE, "results")
 SBX_VENV = os.path.join(HERE, ".venvs", "sbx")
 SBX_VERSION = "0.28.0"
 TORCH_VERSION = "2.13.0"  # the local CPU build; any other torch pip finds comes with CUDA packages
-
-CURVE_STEP = 1_000
-"""Env steps between two points of a learning curve (jaxflow's min_env_steps_per_iteration)."""
-WARM_POINTS = 2
-"""Steady rates start at this curve point: past learning_starts (1,000 env steps of sampling
-only; SB3 acts at random without its network there, jaxflow's workers act through theirs)
-and the compilation of the first gradient steps (SBX's in learn() after learning_starts,
-jaxflow's learner's in its first iteration)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvSpec:
-    episode_len: int
-    steps: int
-    """Default env-step budget of a run."""
-    quick_steps: int
-    device_env: str | None = None
-    """The same task as a JAX env, for the device runners."""
-    device_many_steps: int = 0
-    """Env-step budget of a ``device-many`` run."""
-    device_many_quick_steps: int = 0
-
-    @property
-    def window(self) -> int:
-        """Episodes averaged into a curve's point: those of the last CURVE_STEP env steps."""
-        return max(1, CURVE_STEP // self.episode_len)
-
-
-ENVS = {
-    "Pendulum-v1": EnvSpec(
-        episode_len=200,
-        steps=20_000,
-        quick_steps=3_000,
-        device_env="gymnax/Pendulum-v1",
-        device_many_steps=200_000,
-        device_many_quick_steps=40_000,
-    ),
-    "HalfCheetah-v5": EnvSpec(episode_len=1_000, steps=30_000, quick_steps=3_000),
-}
-RUNNERS = ("sbx", "driver", "workers", "device", "device-many")
-DEVICE_RUNNERS = ("device", "device-many")
-
-# device-many: many envs stepped at once, one SGD step of 256 per 8 env steps (SHARED's is one
-# per env step), a longer start and iterations of 10,000 env steps. The replay ratio is lower,
-# so it needs several times SBX's env steps for the same return; it is judged on env steps/s
-# at that return.
-DEVICE_MANY = {
-    "device.num_envs": 64,
-    "rollout_fragment_length": 1,
-    "samples_per_insert": 32.0,
-    "learning_starts": 2_000,
-    "min_env_steps_per_iteration": 10_000,
-}
-
-# The hyperparameters both libraries get, in one place; jaxflow_fields and sbx_kwargs map them
-# to each library's names. One SGD step of 256 per env step, taken as 8 steps every 8 env steps
-# (jaxflow's fragment of 8 steps from one env; SBX's train_freq=8, gradient_steps=8).
-SHARED = {
-    "lr": 3e-4,
-    "buffer_size": 1_000_000,
-    "batch_size": 256,
-    "gamma": 0.99,
-    "tau": 0.005,
-    "learning_starts": 1_000,
-    "train_freq": 8,
-    "gradient_steps": 8,
-    "hidden_sizes": (256, 256),
-}
-PER_ALGO = {
-    "SAC": {"initial_alpha": 1.0},  # target entropy -dim(A) in both
-    "TD3": {"lr": 1e-3, "exploration_noise": 0.1, "target_noise": 0.2, "target_noise_clip": 0.5, "policy_delay": 2},
-}
-PER_ENV_ALGO = {("Pendulum-v1", "SAC"): {"lr": 1e-3}}  # rl-baselines3-zoo's Pendulum setting
-
-
-def hyperparameters(env: str, algo: str) -> dict[str, Any]:
-    return {**SHARED, **PER_ALGO[algo], **PER_ENV_ALGO.get((env, algo), {})}
-
-
-def jaxflow_fields(hp: dict[str, Any], algo: str, runner: str, workers: int) -> dict[str, Any]:
-    """Config fields of a jaxflow run (``env`` and ``seed`` aside)."""
-    fields: dict[str, Any] = dict(
-        lr=hp["lr"],
-        buffer_size=hp["buffer_size"],
-        train_batch_size=hp["batch_size"],
-        gamma=hp["gamma"],
-        tau=hp["tau"],
-        learning_starts=hp["learning_starts"],
-        rollout_fragment_length=hp["train_freq"],
-        num_envs_per_worker=1,
-        samples_per_insert=hp["gradient_steps"] * hp["batch_size"] / hp["train_freq"],
-        hidden_sizes=tuple(hp["hidden_sizes"]),
-        n_step=1,
-        target_update_period=1,
-        prioritized_replay=False,
-        min_env_steps_per_iteration=CURVE_STEP,
-    )
-    num_workers = workers if runner == "workers" else 0
-    if runner == "device":
-        fields.update(mode="device", **{"device.num_envs": 1})
-    elif runner == "device-many":
-        fields.update(mode="device", **DEVICE_MANY)
-    else:
-        fields.update(mode="ray", num_workers=num_workers)
-    if algo == "SAC":
-        fields["initial_alpha"] = hp["initial_alpha"]
-    else:
-        fields.update({k: hp[k] for k in ("exploration_noise", "target_noise", "target_noise_clip", "policy_delay")})
-        # SB3 acts uniformly at random until learning_starts; jaxflow's random_steps count per worker.
-        fields["random_steps"] = -(-hp["learning_starts"] // max(1, num_workers))
-    return fields
-
-
-def sbx_kwargs(hp: dict[str, Any], algo: str) -> dict[str, Any]:
-    """SBX constructor arguments (see ``sbx_run.py`` for ``net_arch`` and ``action_noise_std``)."""
-    kwargs: dict[str, Any] = {
-        "learning_rate": hp["lr"],
-        "buffer_size": hp["buffer_size"],
-        "batch_size": hp["batch_size"],
-        "gamma": hp["gamma"],
-        "tau": hp["tau"],
-        "learning_starts": hp["learning_starts"],
-        "train_freq": hp["train_freq"],
-        "gradient_steps": hp["gradient_steps"],
-        "net_arch": list(hp["hidden_sizes"]),
-    }
-    if algo == "SAC":
-        kwargs.update(ent_coef=f"auto_{hp['initial_alpha']}", target_entropy="auto")
-    else:
-        kwargs.update(
-            action_noise_std=hp["exploration_noise"],
-            target_policy_noise=hp["target_noise"],
-            target_noise_clip=hp["target_noise_clip"],
-            policy_delay=hp["policy_delay"],
-        )
-    return kwargs
-
-
-@dataclasses.dataclass(frozen=True)
-class Mark:
-    """Env steps, seconds into the training loop and gradient steps at one curve point."""
-
-    env_steps: int
-    seconds: float
-    grad_steps: int
-
-
-@dataclasses.dataclass
-class Run:
-    """One training run; a run that raised has ``error`` set and None for its measurements."""
-
-    env: str
-    algo: str
-    runner: str
-    seed: int
-    load_at_start: float = 0.0
-    """The 1-minute load average when the run began (other processes share the CPUs)."""
-    build_s: float | None = None
-    loop_s: float | None = None
-    """Training alone (jaxflow's ``train()`` loop, SBX's ``learn()``), compilation included."""
-    env_steps: int | None = None
-    grad_steps: int | None = None
-    env_steps_per_s: float | None = None
-    steady_env_steps_per_s: float | None = None
-    """After the second curve point (WARM_POINTS): without the sampling-only start and the
-    first gradient steps' compilation, which the libraries place differently."""
-    grad_steps_per_s: float | None = None
-    """Gradient steps / seconds, both after the second curve point."""
-    final_return: float | None = None
-    curve: list[list[float | None]] = dataclasses.field(default_factory=list)
-    """``[env steps, mean return of the last CURVE_STEP env steps' episodes]`` every CURVE_STEP."""
-    error: str | None = None
-
-    def timed(self, build_s: float, loop_s: float, env_steps: int, grad_steps: int, warm: Mark | None) -> None:
-        """Fills the rates; ``warm``: the loop at the second curve point."""
-        self.build_s, self.loop_s, self.env_steps, self.grad_steps = build_s, loop_s, env_steps, grad_steps
-        self.env_steps_per_s = env_steps / loop_s
-        if warm and loop_s > warm.seconds and env_steps > warm.env_steps:
-            steady_s = loop_s - warm.seconds
-            self.steady_env_steps_per_s = (env_steps - warm.env_steps) / steady_s
-            self.grad_steps_per_s = (grad_steps - warm.grad_steps) / steady_s
-        self.final_return = self.curve[-1][1] if self.curve else None
-
-
-def nan_to_none(x: float) -> float | None:
-    return None if math.isnan(x) else x
 
 
 def run_jaxflow(run: Run, steps: int, workers: int) -> None:
@@ -237,19 +69,36 @@ def run_jaxflow(run: Run, steps: int, workers: int) -> None:
     t0 = time.perf_counter()
     algo = Algorithm.build(run.algo, env=env, seed=run.seed, metrics_num_episodes=spec.window, **fields)
     try:
-        t1 = time.perf_counter()
+        cpu = None if run.runner == "workers" else cpu_clock(getattr(algo.replay, "actors", []))
+        t1, cpu1 = time.perf_counter(), cpu() if cpu else 0.0
         result: dict[str, Any] = {}
         marks: list[Mark] = []
         while result.get(ENV_STEPS_SAMPLED, 0) < steps:
             result = algo.train()
             sampled, trained = int(result[ENV_STEPS_SAMPLED]), int(result[ENV_STEPS_TRAINED])
-            marks.append(Mark(sampled, time.perf_counter() - t1, trained // hp["batch_size"]))
+            cpu_s = cpu() - cpu1 if cpu else None
+            marks.append(Mark(sampled, time.perf_counter() - t1, trained // hp["batch_size"], cpu_s))
             run.curve.append([sampled, nan_to_none(float(result["episode_return_mean"]))])
-        t2 = time.perf_counter()
     finally:
         algo.stop()
-    warm = marks[WARM_POINTS - 1] if len(marks) > WARM_POINTS else None
-    run.timed(t1 - t0, t2 - t1, marks[-1].env_steps, marks[-1].grad_steps, warm)
+    run.timed(t1 - t0, marks)
+
+
+def cpu_clock(actors: list[Any]) -> Callable[[], float]:
+    """CPU seconds so far of this process and of the given Ray actors' processes."""
+    import psutil
+    import ray
+
+    procs = [psutil.Process()] + [psutil.Process(p) for p in ray.get([a.__ray_call__.remote(_pid) for a in actors])]
+
+    def clock() -> float:
+        return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+    return clock
+
+
+def _pid(_actor: Any) -> int:
+    return os.getpid()
 
 
 def return_curve(episodes: list[list[float]], steps: int, window: int) -> list[list[float | None]]:
@@ -279,9 +128,9 @@ def run_sbx(run: Run, steps: int, python: str, workdir: str) -> None:
         raise RuntimeError(f"sbx_run.py exited with {proc.returncode}: {proc.stderr[-2000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     run.curve = return_curve(out["episodes"], out["env_steps"], ENVS[run.env].window)
-    marks = [Mark(int(steps), float(s), int(grad)) for steps, s, grad in out["marks"]]
-    warm = marks[WARM_POINTS - 1] if len(marks) > WARM_POINTS else None
-    run.timed(out["build_s"], out["loop_s"], out["env_steps"], out["grad_steps"], warm)
+    marks = [Mark(int(steps), float(s), int(grad), float(cpu)) for steps, s, grad, cpu in out["marks"]]
+    end = Mark(out["env_steps"], out["loop_s"], out["grad_steps"], out["loop_cpu_s"])
+    run.timed(out["build_s"], marks if marks and marks[-1].env_steps == end.env_steps else [*marks, end])
 
 
 def sbx_versions(python: str) -> dict[str, str] | None:
@@ -318,116 +167,6 @@ def sbx_python(venv: str) -> tuple[str, dict[str, str]]:
             raise RuntimeError(f"SBX's environment in {venv} has {versions}, not the pinned versions")
     assert versions is not None
     return python, versions
-
-
-def summarize(runs: list[Run]) -> list[dict[str, Any]]:
-    """Medians over seeds per env x algo x runner, with ratios against SBX's medians."""
-    keys = list(dict.fromkeys((r.env, r.algo, r.runner) for r in runs))
-    rows = []
-    for env, algo, runner in keys:
-        mine = [r for r in runs if (r.env, r.algo, r.runner) == (env, algo, runner) and r.error is None]
-        row: dict[str, Any] = {"env": env, "algo": algo, "runner": runner, "runs": len(mine)}
-        row["failed_runs"] = sum((r.env, r.algo, r.runner) == (env, algo, runner) for r in runs) - len(mine)
-        for field in ("env_steps", "build_s", "env_steps_per_s", "steady_env_steps_per_s", "grad_steps_per_s"):
-            row[f"median_{field}"] = median_of_measured([getattr(r, field) for r in mine])
-        row["median_final_return"] = median_of_measured([r.final_return for r in mine])
-        row["median_curve"] = median_curve([r.curve for r in mine])
-        rows.append(row)
-    for row in rows:
-        sbx = next((x for x in rows if (x["env"], x["algo"], x["runner"]) == (row["env"], row["algo"], "sbx")), {})
-        for field in ("env_steps_per_s", "steady_env_steps_per_s", "grad_steps_per_s"):
-            row[f"{field}_over_sbx"] = ratio(row[f"median_{field}"], sbx.get(f"median_{field}"))
-    return rows
-
-
-def median_curve(curves: list[list[list[float | None]]]) -> list[list[float | None]]:
-    """Point by point over seeds (the i-th point of every run): median env steps and return."""
-    points = []
-    for i in range(min((len(c) for c in curves), default=0)):
-        steps = median_of_measured([c[i][0] for c in curves])
-        points.append([steps, median_of_measured([c[i][1] for c in curves])])
-    return points
-
-
-def markdown(report: dict[str, Any]) -> str:
-    m, a = report["machine"], report["args"]
-    load = ", ".join(f"{x:.2f}" for x in m["load_average_at_start"])
-    lines = [
-        "# SAC and TD3: jaxflow against Stable-Baselines-Jax, same hyperparameters, same run",
-        "",
-        (
-            f"{report['created']} · {m['cpu_count']} CPUs ({m['cpu_model']}), load average at start {load}, "
-            f"at end {', '.join(f'{x:.2f}' for x in report['load_average_at_end'])} · jax {m['jax']} · ray {m['ray']} "
-            f"· SBX {report['sbx_versions'].get('sbx-rl', '—')} (its jax {report['sbx_versions'].get('jax', '—')}) "
-            f"· seeds {a['seeds']}"
-        ),
-        "",
-    ]
-    if a["note"]:
-        lines += [f"**Note:** {a['note']}", ""]
-    lines += [
-        (
-            f"Rates over the whole training loop (compilation included); steady rates after the first "
-            f"{WARM_POINTS * CURVE_STEP:,} env steps (learning_starts, then the first gradient steps and their "
-            "compilation). "
-            f"Return: mean of the episodes of the last {CURVE_STEP:,} env steps, at the budget. Medians over seeds; "
-            "ratios are of medians, against SBX in the same run."
-        ),
-        "",
-        (
-            "| env | algo | runner | runs | env steps | env steps/s | steady env steps/s | steady grad steps/s "
-            "| final return | env steps/s / SBX | steady / SBX | grad steps/s / SBX | build (s) |"
-        ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in report["summary"]:
-        failed = f" ({r['failed_runs']} failed)" if r["failed_runs"] else ""
-        lines.append(
-            f"| {r['env']} | {r['algo']} | {r['runner']} | {r['runs']}{failed} | {fmt(r['median_env_steps'], ',.0f')} "
-            f"| {fmt(r['median_env_steps_per_s'], ',.0f')} | {fmt(r['median_steady_env_steps_per_s'], ',.0f')} "
-            f"| {fmt(r['median_grad_steps_per_s'], ',.0f')} | {fmt(r['median_final_return'], '.0f')} "
-            f"| {fmt(r['env_steps_per_s_over_sbx'], '.2f')} | {fmt(r['steady_env_steps_per_s_over_sbx'], '.2f')} "
-            f"| {fmt(r['grad_steps_per_s_over_sbx'], '.2f')} | {fmt(r['median_build_s'], '.1f')} |"
-        )
-    lines += [
-        "",
-        (
-            "| env | algo | runner | seed | load at start | env steps | loop (s) | env steps/s | steady env steps/s "
-            "| steady grad steps/s | final return | error |"
-        ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for r in report["runs"]:
-        lines.append(
-            f"| {r['env']} | {r['algo']} | {r['runner']} | {r['seed']} | {r['load_at_start']:.2f} "
-            f"| {fmt(r['env_steps'], ',d')} | {fmt(r['loop_s'], '.1f')} | {fmt(r['env_steps_per_s'], ',.0f')} "
-            f"| {fmt(r['steady_env_steps_per_s'], ',.0f')} | {fmt(r['grad_steps_per_s'], ',.0f')} | {fmt(r['final_return'], '.0f')} | {r['error'] or ''} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def plot(report: dict[str, Any], path: str) -> None:
-    """Median learning curves, one panel per env (rows) x algo (columns), one line per runner."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    envs = list(dict.fromkeys(r["env"] for r in report["summary"]))
-    algos = list(dict.fromkeys(r["algo"] for r in report["summary"]))
-    fig, axes = plt.subplots(len(envs), len(algos), figsize=(5 * len(algos), 3.6 * len(envs)), squeeze=False)
-    for (i, env), (j, algo) in itertools.product(enumerate(envs), enumerate(algos)):
-        ax = axes[i][j]
-        for r in (r for r in report["summary"] if (r["env"], r["algo"]) == (env, algo)):
-            points = [(x, y) for x, y in r["median_curve"] if y is not None]
-            if points:
-                label = f"{r['runner']} ({fmt(r['median_env_steps_per_s'], ',.0f')} steps/s)"
-                ax.plot(*zip(*points), marker=".", label=label)
-        ax.set_title(f"{algo} on {env}", fontsize=10)
-        ax.set_xlabel("env steps")
-        ax.set_ylabel(f"training return (median of {len(report['args']['seeds'])} seeds)")
-        ax.legend(fontsize=7)
-    save_figure(fig, path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

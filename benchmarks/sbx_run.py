@@ -8,7 +8,8 @@ hyperparameters to them), except ``net_arch`` (into ``policy_kwargs``) and
 ``action_noise_std`` (Gaussian exploration noise in the normalized action space, SB3's
 ``NormalActionNoise``). Prints one JSON line: build and learn() seconds, env steps, gradient
 steps, every ended training episode as ``[env steps at its end, return]`` and every
-``mark_every`` env steps ``[env steps, seconds into learn(), gradient steps]``.
+``mark_every`` env steps ``[env steps, seconds into learn(), gradient steps, CPU seconds of
+this process into learn()]``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ ALGORITHMS = {"SAC": SAC, "TD3": TD3}
 
 class Recorder(BaseCallback):
     """Every ended episode's return (from SB3's Monitor wrapper) with the env steps so far,
-    and the clock and gradient steps every ``mark_every`` env steps."""
+    and the clock, gradient steps and CPU clock every ``mark_every`` env steps."""
 
     def __init__(self, mark_every: int) -> None:
         super().__init__()
@@ -42,7 +43,7 @@ class Recorder(BaseCallback):
             if "episode" in info:
                 self.episodes.append([self.num_timesteps, float(info["episode"]["r"])])
         if self.num_timesteps % self.mark_every == 0:
-            self.marks.append([self.num_timesteps, time.perf_counter(), self.model._n_updates])
+            self.marks.append([self.num_timesteps, time.perf_counter(), self.model._n_updates, time.process_time()])
         return True
 
 
@@ -62,18 +63,19 @@ def main() -> None:
     t0 = time.perf_counter()
     model = build(spec["algo"], spec["env"], spec["seed"], spec["kwargs"])
     recorder = Recorder(spec["mark_every"])
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=spec["steps"], callback=recorder)
-    t2 = time.perf_counter()
+    t2, cpu2 = time.perf_counter(), time.process_time()
     print(
         json.dumps(
             {
                 "build_s": t1 - t0,
                 "loop_s": t2 - t1,
+                "loop_cpu_s": cpu2 - cpu1,
                 "env_steps": int(model.num_timesteps),
                 "grad_steps": int(model._n_updates),
                 "episodes": recorder.episodes,
-                "marks": [[steps, t - t1, updates] for steps, t, updates in recorder.marks],
+                "marks": [[steps, t - t1, updates, cpu - cpu1] for steps, t, updates, cpu in recorder.marks],
                 "versions": {p: version(p) for p in ("sbx-rl", "stable_baselines3", "jax", "torch", "gymnasium")},
             }
         )

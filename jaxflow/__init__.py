@@ -43,8 +43,8 @@ _NAMES_BY_PART: dict[str, str] = {
         "StoreToReplay TrainOneStep UpdatePriorities UpdateTargetNetwork UpdateWorkerWeights"
     ),
     "jaxflow.replay": (
-        "encode_fragment encode_stacks PrioritizedReplayBuffer ReplayBatch ReplayRows ReplayShard "
-        "ReplayShards ReplaySource SumTree"
+        "encode_fragment encode_stacks LocalReplay PrioritizedReplayBuffer replay_in_driver ReplayBatch "
+        "ReplayRows ReplayShard ReplayShards ReplaySource SumTree"
     ),
     "jaxflow.rollout": (
         "Batch evaluate_policy HostPostprocess make_vector_envs MultiAgentBatch MultiAgentRolloutWorker "
@@ -90,6 +90,7 @@ __all__ = [
     "LearnerThread",
     "LearnerThreadError",
     "LocalIterator",
+    "LocalReplay",
     "MLPActorCritic",
     "MLPQNetwork",
     "MultiAgentBatch",
@@ -155,6 +156,7 @@ __all__ = [
     "register_algorithm",
     "register_model",
     "replace_config",
+    "replay_in_driver",
     "require",
     "round_robin_weights",
     "standardize_fields",
@@ -257,6 +259,7 @@ if TYPE_CHECKING:
         standardize_fields,
     )
     from jaxflow.replay import (
+        LocalReplay,
         PrioritizedReplayBuffer,
         ReplayBatch,
         ReplayRows,
@@ -266,6 +269,7 @@ if TYPE_CHECKING:
         SumTree,
         encode_fragment,
         encode_stacks,
+        replay_in_driver,
     )
     from jaxflow.rollout import (
         PER_ENV_FIELDS,

@@ -7,6 +7,7 @@ from fractions import Fraction
 from jaxflow import (
     BroadcastWeights,
     Concurrently,
+    LocalReplay,
     ParallelReplay,
     ParallelRollouts,
     ReplayShards,
@@ -25,23 +26,24 @@ from jaxflow.config import OffPolicyConfig
 from jaxflow.ops.multiagent_ops import CountPolicyUpdates
 
 
-def store_flow(rollouts, replay: ReplayShards, config: OffPolicyConfig):
+def store_flow(rollouts, replay: ReplayShards | LocalReplay, config: OffPolicyConfig):
     """Fragments (n-step targets, priorities and rows made on the workers) into the replay."""
     return rollouts.for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
 
 
-def train_flow(learner, replay: ReplayShards, config: OffPolicyConfig, batches_per_output: int = 1):
-    """Replayed batches, split into SGD steps; TD errors become priorities; the target lags."""
+def train_flow(learner, replay: ReplayShards | LocalReplay, config: OffPolicyConfig, batches_per_output: int = 1):
+    """Replayed batches, split into SGD steps; TD errors become priorities (with prioritized
+    replay: uniform replay draws every stored item alike whatever its TD error); the target lags."""
     batch = batches_per_output * sgd_steps_per_fragment(config) * config.train_batch_size
-    return (
-        ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0)
-        .for_each(TrainOneStep(learner))
-        .for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
-        .for_each(UpdateTargetNetwork(learner, config.target_update_period, config.tau))
+    trained = ParallelReplay(replay, batch, beta=beta_schedule(learner, config), sample_wait_s=0.0).for_each(
+        TrainOneStep(learner)
     )
+    if config.prioritized_replay:
+        trained = trained.for_each(UpdatePriorities(replay, config.prioritized_replay_eps, max_in_flight=4))
+    return trained.for_each(UpdateTargetNetwork(learner, config.target_update_period, config.tau))
 
 
-def plan(workers, learner, config: OffPolicyConfig, replay: ReplayShards):
+def plan(workers, learner, config: OffPolicyConfig, replay: ReplayShards | LocalReplay):
     # (1) workers sample asynchronously (one more fragment in flight while the driver trains) into
     #     the replay, and get fresh weights every few fragments
     store = store_flow(ParallelRollouts(workers, mode="async", num_async=2), replay, config).for_each(

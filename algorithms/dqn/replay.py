@@ -1,4 +1,4 @@
-"""DQN's replay: the shards, the importance-sampling exponent, the replay ratio, and the
+"""DQN's replay: the shards (or the replay in the driver's process), the importance-sampling exponent, the replay ratio, and the
 on-device buffer's transitions and settings.
 """
 
@@ -13,24 +13,35 @@ import optax
 
 from jaxflow import (
     DeviceReplay,
+    LocalReplay,
     Placement,
     ReplayShards,
+    replay_in_driver,
 )
 from jaxflow.config import OffPolicyConfig
 
 Array = jax.Array
 
 
-def make_replay(config: Any, samples_per_insert: float | None = None, error_buffer: float = 0.0) -> ReplayShards:
-    """The replay shards, splitting ``buffer_size`` evenly; a rate limiter if ``samples_per_insert`` is set."""
-    return ReplayShards(
-        config.num_replay_shards,
+def make_replay(
+    config: Any, samples_per_insert: float | None = None, error_buffer: float = 0.0
+) -> ReplayShards | LocalReplay:
+    """The replay shards, splitting ``buffer_size`` evenly; a rate limiter if ``samples_per_insert``
+    is set. In the driver's process where nothing else reads or writes it (``replay_in_driver``:
+    ``num_workers=0``, one shard asking for no resources): the same shard, called directly."""
+    shard = dict(
         capacity=config.replay_shard_capacity,
         alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
         seed=config.seed,
         samples_per_insert=samples_per_insert,
         min_size_to_sample=max(1, config.learning_starts),
         error_buffer=error_buffer,
+    )
+    if replay_in_driver(config):
+        return LocalReplay(**shard)
+    return ReplayShards(
+        config.num_replay_shards,
+        **shard,
         on_failure="restart" if config.rollout.on_worker_failure == "restart" else "raise",
         placement=Placement(
             config.num_cpus_per_replay_shard,

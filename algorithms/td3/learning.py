@@ -6,7 +6,7 @@ optimizer that delays the actor's steps. DDPG is the same with the additions off
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,7 @@ import optax
 from jaxflow.algorithms.sac.learning import actor_inputs, critic_loss, critic_values
 from jaxflow.algorithms.td3.config import TD3Config
 from jaxflow.learn import every_k_steps, make_optimizer
+from jaxflow.networks import MLPContinuousQ
 from jaxflow.policies import Policy
 
 Array = jax.Array
@@ -58,6 +59,14 @@ def smoothed_target_actions(key: Array, mu_t: Array, noise: float, noise_clip: f
     return jnp.clip(mu_t + eps, -1.0, 1.0)
 
 
+def first_critic(policy: Policy, params: Any, obs: Array, actions: Array) -> Array:
+    """``Q_1(s, a) [B]`` alone, from critic 0's slice of the stacked critics' parameters: the
+    actor's loss reads no other critic, so no other is computed or differentiated (about a
+    tenth of TD3's update)."""
+    q0 = jax.tree.map(lambda x: x[0], params["params"]["q"])
+    return cast(Array, MLPContinuousQ(policy.network.hidden_sizes).apply({"params": q0}, obs, actions))
+
+
 def loss(
     params: Any,
     batch: Mapping[str, Array],
@@ -82,7 +91,7 @@ def loss(
 
     def pi_loss_of(actor_params: Any) -> Array:
         mu = jnp.tanh(actor_inputs(policy, actor_params, batch["obs"]))
-        return -jnp.mean(critic_values(policy, jax.lax.stop_gradient(params), batch["obs"], mu)[0])
+        return -jnp.mean(first_critic(policy, jax.lax.stop_gradient(params), batch["obs"], mu))
 
     if step is None:
         pi_loss = pi_loss_of(params)

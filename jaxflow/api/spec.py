@@ -12,6 +12,7 @@ from jaxflow.learn.sgd import make_optimizer
 from jaxflow.ondevice.spec import DeviceSpec
 from jaxflow.policies.build import actor_critic_policy
 from jaxflow.policies.policy import Policy
+from jaxflow.replay.local import LocalReplay
 from jaxflow.replay.shards import ReplayShards
 
 ACTION_SPACES = ("Box", "Discrete", "MultiDiscrete")
@@ -56,9 +57,9 @@ class WorkerHooks:
 class RunHooks:
     """The kinds of run beyond Ray rollout workers + learner + plan that the algorithm takes part in."""
 
-    replay: Callable[[Any], ReplayShards] | None = None
-    """``replay(config)`` builds replay shards, which the plan gets as a fourth argument and
-    which are checkpointed with the learner."""
+    replay: Callable[[Any], ReplayShards | LocalReplay] | None = None
+    """``replay(config)`` builds replay shards (or the replay in the driver's process), which the
+    plan gets as a fourth argument and which are checkpointed with the learner."""
     device: DeviceSpec | None = None
     """Lets the algorithm train on the device with a JAX environment (see
     :class:`~jaxflow.ondevice.spec.DeviceSpec`)."""

@@ -21,6 +21,17 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
+class Done:
+    """A reply already in hand: what :meth:`ActorSource.submit` returns for an "actor" that
+    runs in this process (a rollout worker with ``num_workers=0``), so that its result skips
+    the object store's put and get."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+
 class ActorSource(Protocol):
     """The actors behind a :class:`ParallelIterator` and what to do when one fails."""
 
@@ -29,8 +40,9 @@ class ActorSource(Protocol):
     def live(self) -> list[tuple[int, Any]]:
         """``(index, handle)`` of every actor currently in service."""
 
-    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
-        """Starts ``method`` on the actor, then ``fns`` on its result, actor side."""
+    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef | Done:
+        """Starts ``method`` on the actor, then ``fns`` on its result, actor side (or runs
+        them here and returns :class:`Done`)."""
 
     def on_failure(self, index: int, error: BaseException) -> None:
         """Raises, drops the actor, or replaces it (see ``on_worker_failure``)."""
@@ -80,7 +92,7 @@ class ParallelIterator(Generic[T]):
                 items = []
                 for i, ref in refs:
                     try:
-                        items.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+                        items.append(_reply(ref, max(0.0, deadline - time.monotonic())))
                     except (RayActorError, GetTimeoutError) as e:
                         self.source.on_failure(i, e)
                     except RayTaskError as e:
@@ -105,16 +117,14 @@ class ParallelIterator(Generic[T]):
             raise ValueError(f"gather_async: num_async must be >= 1, got {num_async}")
 
         def gen() -> Iterator[T]:
-            pending: dict[ray.ObjectRef, tuple[int, Any, float]] = {}
+            pending: dict[ray.ObjectRef | Done, tuple[int, Any, float]] = {}
             in_flight: collections.Counter = collections.Counter()
             while not self._shared.stopped.is_set():
                 for i, h in self._live(require=not pending):
                     while in_flight[i] < num_async:
                         pending[self.source.submit(h, self.method, self.fns)] = (i, h, time.monotonic())
                         in_flight[i] += 1
-                oldest = min(t for _, _, t in pending.values())
-                wait_s = max(0.0, oldest + self.source.timeout_s - time.monotonic())
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
+                ready = _first_reply(pending, self.source.timeout_s)
                 if not ready:
                     now = time.monotonic()
                     for i in {i for i, _, t in pending.values() if now - t >= self.source.timeout_s}:
@@ -124,7 +134,7 @@ class ParallelIterator(Generic[T]):
                 i, h, _ = pending.pop(ready[0])
                 in_flight[i] -= 1
                 try:
-                    item = ray.get(ready[0])
+                    item = _reply(ready[0])
                 except RayActorError as e:
                     self._forget(pending, in_flight, i)
                     self.source.on_failure(i, e)
@@ -147,6 +157,21 @@ class ParallelIterator(Generic[T]):
         for ref in [r for r, (i, _, _) in pending.items() if i == index]:
             del pending[ref]
         in_flight[index] = 0
+
+
+def _first_reply(pending: dict[ray.ObjectRef | Done, tuple[int, Any, float]], timeout_s: float) -> list[Any]:
+    """The oldest reply in hand, else the first of those owed to come in before the oldest
+    request has waited ``timeout_s``; ``[]`` if none did."""
+    done = [r for r in pending if isinstance(r, Done)]
+    if done:
+        return done[:1]
+    oldest = min(t for _, _, t in pending.values())
+    ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, oldest + timeout_s - time.monotonic()))
+    return list(ready)
+
+
+def _reply(ref: ray.ObjectRef | Done, timeout_s: float | None = None) -> Any:
+    return ref.value if isinstance(ref, Done) else ray.get(ref, timeout=timeout_s)
 
 
 class ActorPool:

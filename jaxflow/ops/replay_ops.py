@@ -1,9 +1,15 @@
 """Replay operators: store fragments into replay shards, replay batches from them, send new
 priorities back (Horgan et al., 2018, "Distributed Prioritized Experience Replay").
+
+Each takes the shard actors (:class:`~jaxflow.replay.shards.ReplayShards`) or the replay in
+the driver's process (:class:`~jaxflow.replay.local.LocalReplay`, whose shard they call
+directly: no Ray call, no pickling); a plan does not tell them apart.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -11,30 +17,36 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from jaxflow.dataflow.actors import ParallelIterator
-from jaxflow.dataflow.iterators import NOT_READY, LocalIterator, Operator
+from jaxflow.dataflow.iterators import NOT_READY, LocalIterator, Operator, from_iterator
 from jaxflow.ops.metrics import Context
+from jaxflow.replay.local import LocalReplay
 from jaxflow.replay.shard import ReplayBatch
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import Batch
 
 REPLAY_ITEMS_STORED = "replay_items_stored"
-
-
 REPLAY_ITEMS_DROPPED = "replay_items_dropped"
 
 
 class _ShardCalls:
-    """Replies still owed by replay shards: at most ``limit`` calls in flight; the oldest is
-    waited for before another is sent. ``limit=1`` waits for every reply at once."""
+    """Calls to replay shards and the replies still owed: at most ``limit`` calls to shard
+    actors in flight, the oldest waited for before another is sent (``limit=1`` waits for
+    every reply at once); a :class:`LocalReplay`'s shard is called directly, its reply at once."""
 
-    def __init__(self, shards: ReplayShards, limit: int, timeout_s: float):
+    def __init__(self, shards: ReplayShards | LocalReplay, limit: int, wait_s: float = 0.0):
         if limit < 1:
             raise ValueError(f"max_in_flight must be >= 1, got {limit}")
-        self.shards, self.limit, self.timeout_s = shards, limit, timeout_s
+        self.shards, self.limit = shards, limit
+        # A reply may take the shards' timeout plus what the call itself may wait in the shard.
+        self.timeout_s = 0.0 if isinstance(shards, LocalReplay) else shards.timeout_s + wait_s
         self._pending: list[tuple[ray.ObjectRef, int, Any]] = []
 
-    def send(self, ref: ray.ObjectRef, shard: int, on_reply: Any) -> None:
-        self._pending.append((ref, shard, on_reply))
+    def call(self, shard: int, method: str, args: tuple[Any, ...], on_reply: Callable[[Any], None]) -> None:
+        """``method(*args)`` on shard ``shard``; ``on_reply`` gets its reply once it is in."""
+        if isinstance(self.shards, LocalReplay):
+            on_reply(getattr(self.shards.shard, method)(*args))
+            return
+        self._pending.append((getattr(self.shards.actors[shard], method).remote(*args), shard, on_reply))
         while len(self._pending) >= self.limit:
             self._settle(self._pending.pop(0))
 
@@ -47,6 +59,7 @@ class _ShardCalls:
         try:
             reply = ray.get(ref, timeout=self.timeout_s)
         except (RayActorError, GetTimeoutError) as e:
+            assert not isinstance(self.shards, LocalReplay), "only calls to shard actors are pending"
             self.shards.on_failure(shard, e)
             reply = None  # a source that replaces failed shards instead of raising lost this call
         on_reply(reply)
@@ -65,7 +78,8 @@ class StoreToReplay(Operator):
     shard that holds inserts back slows the producer down instead of letting calls queue
     without bound. ``replay_items_stored`` counts admitted items and
     ``replay_items_dropped`` those the shard's rate limiter refused within ``timeout_s``,
-    as the replies arrive; :meth:`flush` waits for all of them.
+    as the replies arrive; :meth:`flush` waits for all of them. A :class:`LocalReplay`
+    stores in the call and counts at once.
 
     Example:
         >>> store = ParallelRollouts(workers, mode="async").for_each(StoreToReplay(shards))  # doctest: +SKIP
@@ -73,7 +87,7 @@ class StoreToReplay(Operator):
 
     def __init__(
         self,
-        shards: ReplayShards,
+        shards: ReplayShards | LocalReplay,
         shard: int | None = None,
         seed: int = 0,
         timeout_s: float = 0.0,
@@ -81,17 +95,17 @@ class StoreToReplay(Operator):
     ):
         self.shards, self.shard, self.timeout_s = shards, shard, timeout_s
         self._rng = np.random.default_rng(seed)
-        self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s + timeout_s)
+        self._calls = _ShardCalls(shards, max_in_flight, timeout_s)
 
     def __call__(self, item: Batch, ctx: Context) -> Batch:
         data, n = item.replay_rows(), item.num_samples
-        index = self.shard if self.shard is not None else int(self._rng.integers(len(self.shards.actors)))
 
         def count(added: int | None) -> None:
             ctx.counters[REPLAY_ITEMS_STORED] += added or 0
             ctx.counters[REPLAY_ITEMS_DROPPED] += n - (added or 0)
 
-        self._calls.send(self.shards.actors[index].add.remote(data, None, self.timeout_s), index, count)
+        index = self.shard if self.shard is not None else int(self._rng.integers(self.shards.num_shards))
+        self._calls.call(index, "add", (data, None, self.timeout_s), count)
         return item
 
     def flush(self) -> None:
@@ -103,8 +117,17 @@ def _replay_ready(batch: ReplayBatch | None) -> Any:
     return NOT_READY if batch is None else batch
 
 
+def _sampled_in_call(replay: LocalReplay) -> Iterator[Any]:
+    while True:
+        yield _replay_ready(replay.sample())
+
+
 def ParallelReplay(
-    shards: ReplayShards, batch_size: int, beta: Any = 0.4, num_async: int = 1, sample_wait_s: float | None = None
+    shards: ReplayShards | LocalReplay,
+    batch_size: int,
+    beta: Any = 0.4,
+    num_async: int = 1,
+    sample_wait_s: float | None = None,
 ) -> LocalIterator[ReplayBatch]:
     """Replayed batches of ``batch_size`` items from every shard, in completion order.
 
@@ -113,12 +136,15 @@ def ParallelReplay(
     learner's step). A shard that cannot answer yet (too few items, or its rate limiter
     holds back) waits up to ``sample_wait_s`` (default: the shards' setting) and then
     answers "not ready", which this iterator passes on as ``NOT_READY``: ``Concurrently``
-    then moves on to its other ops instead of waiting here.
+    then moves on to its other ops instead of waiting here. From a :class:`LocalReplay`
+    each pull samples in the call (``num_async`` has nothing to overlap).
 
     Example:
         >>> feed = ParallelReplay(shards, batch_size=512, num_async=4).for_each(Enqueue(thread.inqueue))  # doctest: +SKIP
     """
     source = shards.sampling(batch_size, beta, sample_wait_s)
+    if isinstance(source, LocalReplay):
+        return from_iterator(functools.partial(_sampled_in_call, source), Context(), "ParallelReplay")
     return (
         ParallelIterator(source, "sample", Context(), name="ParallelReplay")
         .gather_async(num_async)
@@ -140,19 +166,17 @@ class UpdatePriorities:
         >>> Dequeue(thread).for_each(UpdatePriorities(shards))  # doctest: +SKIP
     """
 
-    def __init__(self, shards: ReplayShards, priority_eps: float = 1e-6, max_in_flight: int = 1):
+    def __init__(self, shards: ReplayShards | LocalReplay, priority_eps: float = 1e-6, max_in_flight: int = 1):
         self.shards, self.priority_eps = shards, priority_eps
-        self._calls = _ShardCalls(shards, max_in_flight, shards.timeout_s)
+        self._calls = _ShardCalls(shards, max_in_flight)
 
     def __call__(self, item: tuple[Batch, dict[str, Any]]) -> tuple[Batch, dict[str, Any]]:
         batch, metrics = item
         source = batch.replay_source
         assert source is not None, "UpdatePriorities takes batches replayed from the shards"
         priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.priority_eps
-        actor = self.shards.actors[source.shard]
-        self._calls.send(
-            actor.update_priorities.remote(source.indices, priorities, source.generation), source.shard, lambda _: None
-        )
+        args = (source.indices, priorities, source.generation)
+        self._calls.call(source.shard, "update_priorities", args, lambda _: None)
         return item
 
     def flush(self) -> None:

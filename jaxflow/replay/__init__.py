@@ -1,6 +1,8 @@
-"""Replay: a prioritized buffer on the host, replay rows, shards as Ray actors, a buffer on the device."""
+"""Replay: a prioritized buffer on the host, replay rows, shards as Ray actors (or one in the
+driver's process), a buffer on the device."""
 
 from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
+from jaxflow.replay.local import LocalReplay, replay_in_driver
 from jaxflow.replay.on_device import DeviceReplayState
 from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError, ReplaySource
 from jaxflow.replay.shards import ReplayShards
@@ -10,6 +12,7 @@ from jaxflow.replay.transitions import decode_rows, encode_fragment, rows_to_inv
 
 __all__ = [
     "DeviceReplayState",
+    "LocalReplay",
     "PrioritizedReplayBuffer",
     "ReplayBatch",
     "ReplayRows",
@@ -21,5 +24,6 @@ __all__ = [
     "decode_rows",
     "encode_fragment",
     "encode_stacks",
+    "replay_in_driver",
     "rows_to_invalidate",
 ]

@@ -92,6 +92,10 @@ class ReplayShards:
         self.actors: list[Any] = [self._create(i) for i in range(num_shards)]
 
     @property
+    def num_shards(self) -> int:
+        return len(self.actors)
+
+    @property
     def num_restarts(self) -> int:
         return self._recovery["num_restarts"]
 

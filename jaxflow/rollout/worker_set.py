@@ -16,7 +16,7 @@ from jaxflow import envs
 from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.groups import RolloutConfig
-from jaxflow.dataflow.actors import jax_actor
+from jaxflow.dataflow.actors import Done, jax_actor
 from jaxflow.dataflow.placement import Placement, check_placeable, lost_with_its_node, node_id
 from jaxflow.rollout.normalize import Normalizer, normalizer_merge
 from jaxflow.rollout.worker import RolloutWorker
@@ -147,9 +147,9 @@ class WorkerSet:
         slots = sorted(self._slots.items(), key=lambda s: s[0])
         return {i: node_id() if isinstance(h, _InDriver) else ray.get(h.node_id.remote()) for i, h in slots}
 
-    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef:
-        if isinstance(handle, _InDriver):
-            return ray.put(handle.worker.run_chain(method, fns))
+    def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef | Done:
+        if isinstance(handle, _InDriver):  # sampled here: the fragment stays out of the object store
+            return Done(handle.worker.run_chain(method, fns))
         return handle.run_chain.remote(method, fns)
 
     def sync_weights(self, weights: Any, version: Any) -> None:

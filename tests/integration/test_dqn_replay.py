@@ -13,7 +13,18 @@ import optax
 import pytest
 import ray
 
-from jaxflow import Algorithm, Dequeue, Enqueue, Learner, LearnerThreadError, SampleBatch, envs, from_items
+from jaxflow import (
+    Algorithm,
+    Dequeue,
+    Enqueue,
+    Learner,
+    LearnerThreadError,
+    LocalReplay,
+    ReplayShard,
+    SampleBatch,
+    envs,
+    from_items,
+)
 from jaxflow.dataflow.iterators import NOT_READY
 
 SMALL = dict(
@@ -50,6 +61,45 @@ def test_replay_is_checkpointed_with_the_learner_and_resumed(ray_local, tmp_path
     finally:
         restored.stop()
     assert path.endswith("checkpoint_000003")
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    assert a["buffer"].keys() == b["buffer"].keys()
+    for k, v in a["buffer"].items():
+        if isinstance(v, np.ndarray):
+            assert v.dtype == b["buffer"][k].dtype and np.array_equal(v, b["buffer"][k]), k
+        else:
+            assert v == b["buffer"][k], k
+    assert {k: v for k, v in a.items() if k != "buffer"} == {k: v for k, v in b.items() if k != "buffer"}
+
+
+def test_replay_lives_in_the_driver_without_workers_and_checkpoints_bit_exactly(ray_local, tmp_path):
+    """num_workers=0: the driver samples, so its one prioritized shard is an object of this
+    process (no actor, no Ray call per store, sample or priority update); a checkpoint holds
+    its contents, priorities, counters and generator, restored bit for bit, so the restored
+    run draws the same batch the saved one would have."""
+    algo = Algorithm.build("DQN", **dict(SMALL, num_workers=0))
+    try:
+        for _ in range(2):
+            algo.train()
+        assert isinstance(algo.replay, LocalReplay) and type(algo.replay.shard) is ReplayShard
+        algo.save(str(tmp_path))
+        saved = algo.replay.shard.get_state()  # copies
+        next_batch = algo.replay.shard.sample(64, 0.5)
+    finally:
+        algo.stop()
+    assert saved["inserted"] > 0 and saved["sampled"] > 0
+    assert len(np.unique(saved["buffer"]["masses"])) > 2  # TD errors became priorities
+    restored = Algorithm.restore(str(tmp_path))
+    try:
+        assert isinstance(restored.replay, LocalReplay)
+        assert_same_state(restored.replay.shard.get_state(), saved)
+        again = restored.replay.shard.sample(64, 0.5)
+        assert np.array_equal(again.indices, next_batch.indices) and np.array_equal(again.weights, next_batch.weights)
+        assert all(np.array_equal(again.data[k], v) for k, v in next_batch.data.items())
+        assert restored.train()["num_updates"] > 0
+    finally:
+        restored.stop()
 
 
 def test_killed_replay_shard_restarts_from_the_last_checkpoint(ray_local, tmp_path):
@@ -200,7 +250,7 @@ def test_dqn_with_frame_stacks_replays_consistent_stacks(ray_local):
     algo = Algorithm.build("DQN", **dict(SMALL, env="test/StackedCartPole-v0", num_workers=0, frame_stack=4, n_step=1))
     try:
         results = [algo.train() for _ in range(2)]
-        batch = ray.get(algo.replay.actors[0].sample.remote(256, 0.4))
+        batch = algo.replay.shard.sample(256, 0.4)  # num_workers=0: the replay is in this process
         stats = algo.replay.stats()[0]
     finally:
         algo.stop()

@@ -110,7 +110,7 @@ def test_greedy_evaluation_clips_and_rescales_box_actions():
 
 
 def test_ppo_and_sac_policies_train_save_restore_and_evaluate_alike(ray_local, tmp_path):
-    """Sampling in the driver (SAC's replay shard is a Ray actor); three iterations of 256 env
+    """Sampling in the driver (and SAC's replay in it too); three iterations of 256 env
     steps: PPO updates every round of 128 of its agent's steps, SAC from its 128 learning-start
     transitions on. The restored run (whose saved config holds SAC's hidden sizes as a JSON
     list) has the same weights and evaluates to the same greedy returns on the same seed."""
