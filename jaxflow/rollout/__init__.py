@@ -17,14 +17,9 @@ from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker,
 from jaxflow.rollout.normalize import HostNormalizer, Moments, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
+from jaxflow.rollout.stepping import Stopwatch, make_vector_envs
 from jaxflow.rollout.truncation import bootstrap_truncations, truncation_bootstrap
-from jaxflow.rollout.worker import (
-    Rollout,
-    RolloutWorker,
-    Stopwatch,
-    WorkerSpec,
-    make_vector_envs,
-)
+from jaxflow.rollout.worker import Rollout, RolloutWorker, WorkerSpec
 from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
 __all__ = [

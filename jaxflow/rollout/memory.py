@@ -24,10 +24,17 @@ class EnvMemory:
     """The recurrent state of a worker's groups of ``sizes[g]`` environments.
 
     Example:
-        >>> memory = EnvMemory(policy, jax.jit(policy.step_packed), [2])  # doctest: +SKIP
-        >>> out = memory.forward(params, 0, obs)       # the current observations' step
-        >>> memory.advance(0, done)                     # the envs stepped; done: new episodes next
-        >>> v = memory.final_values(params, 0, final_obs)  # a truncated episode's last value
+        >>> from jaxflow.networks.recurrent import LSTMActorCritic
+        >>> from jaxflow.policies.categorical import Categorical
+        >>> policy = Policy(LSTMActorCritic(2, (8,), lstm_size=4), Categorical(2), obs_shape=(4,), recurrent=True)
+        >>> params = policy.init(jax.random.PRNGKey(0))
+        >>> memory = EnvMemory(policy, jax.jit(policy.step_packed), [2])
+        >>> out = memory.forward(params, 0, np.ones((2, 4), np.float32))  # the current observations' step
+        >>> memory.advance(0, np.array([False, True]))  # the envs stepped; env 1 starts a new episode
+        >>> memory.starts[0].tolist(), memory.fragment_start()[1].shape
+        ([False, True], (2, 4))
+        >>> memory.final_values(params, 0, np.ones((2, 4), np.float32)).shape  # truncations' values
+        (2,)
     """
 
     def __init__(self, policy: Policy, step: Callable[..., tuple[Any, Any]], sizes: Sequence[int]):

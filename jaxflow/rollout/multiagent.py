@@ -23,8 +23,9 @@ from jaxflow.config.constants import worker_seed
 from jaxflow.policies.policy import compiled_forward, unpack
 from jaxflow.rollout.batch import SampleBatch, SampleTiming, concat_batches, sum_timings
 from jaxflow.rollout.postprocess import HostPostprocess
+from jaxflow.rollout.stepping import Stopwatch
 from jaxflow.rollout.truncation import bootstrap_truncations
-from jaxflow.rollout.worker import RolloutWorker, Stopwatch, WorkerSpec
+from jaxflow.rollout.worker import RolloutWorker, WorkerSpec
 
 
 class MultiAgentBatch(NamedTuple):
