@@ -46,6 +46,7 @@ def test_the_actor_steps_every_policy_delay_steps_and_the_critics_every_step():
         "weights": jnp.ones(16, jnp.float32),
     }
 
+    @jax.jit  # one compile; run op by op, six steps took 15 s
     def step(s):
         return sgd_step(lambda p, b, k, t: loss(p, b, k, t, policy=pol, config=config), opt, s, batch)[0]
 
