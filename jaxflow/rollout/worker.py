@@ -15,16 +15,15 @@ from jaxflow import envs
 from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow import placement
 from jaxflow.dataflow.iterators import _call
-from jaxflow.policies.policy import Policy, compiled_forward, unpack
-from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
+from jaxflow.policies.policy import Policy, compiled_forward
+from jaxflow.policies.sequences import STATE_FIELD
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming
-from jaxflow.rollout.guards import PolicyOutputError, bad_output_message, check_finite_step
+from jaxflow.rollout.guards import PolicyOutputError, bad_output_message
 from jaxflow.rollout.memory import EnvMemory
 from jaxflow.rollout.normalize import HostNormalizer, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess
 from jaxflow.rollout.sample_ahead import SampleAhead
-from jaxflow.rollout.stepping import Stopwatch, empty_fragment, make_vector_envs
-from jaxflow.rollout.truncation import bootstrap_truncations
+from jaxflow.rollout.stepping import FragmentLoop, make_vector_envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +72,7 @@ class RolloutWorker:
         seed = worker_seed(cfg.seed, index, incarnation)
         self.envs = make_vector_envs(cfg, seed, index, incarnation)
         self.policy = spec.policy
-        self._forward = compiled_forward(spec.policy, seed)
+        self.forward = compiled_forward(spec.policy, seed)
         self._postprocess = (
             HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
         )
@@ -88,8 +87,9 @@ class RolloutWorker:
         self._rng = np.random.default_rng(seed)
         first = [env.reset() for env in self.envs]
         self.normalizer = HostNormalizer(cfg, first[0].shape[1:], sum(len(o) for o in first))
-        self._obs = [self.normalizer.observe(o) for o in first]
-        self._memory = EnvMemory(self.policy, self._forward, [len(o) for o in first]) if self.policy.recurrent else None
+        self.current_obs = [self.normalizer.observe(o) for o in first]
+        """Per group of envs: the observations the next fragment starts from."""
+        self.memory = EnvMemory(self.policy, self.forward, [len(o) for o in first]) if self.policy.recurrent else None
         self.env_steps = 0
         # (params, version) as one value: a sampler thread reads both at once.
         self._weights: tuple[Any, int] = (None, -1)
@@ -158,86 +158,25 @@ class RolloutWorker:
     def _rollout(self) -> Rollout:
         """Steps the envs for one fragment with the weights in hand when it starts."""
         params, version = self._weights
-        start, env_watch, policy_watch = time.perf_counter(), Stopwatch(), Stopwatch()
-        cfg, T, n = self.config, self.config.rollout.rollout_fragment_length, self.envs[0].num_envs
-        B = n * len(self.envs)
-        memory = self._memory
-
-        def forward(g: int, x: np.ndarray) -> Any:
-            return self._forward(params, x) if memory is None else memory.forward(params, g, x)
-
-        out = [forward(g, o) for g, o in enumerate(self._obs)]
-        dist = self.policy.distribution
-        frag = empty_fragment(T, B, self._obs[0], dist, out[0].shape[1] - 1)
-        obs, actions, logp, values = frag["obs"], frag["actions"], frag["logp"], frag["values"]
-        rewards, discounts, dist_inputs = frag["rewards"], frag["discounts"], frag["dist_inputs"]
-        if memory is not None:  # what the learner replays each sequence from
-            frag[STATE_FIELD], frag[STARTS_FIELD] = memory.fragment_start(), np.empty((T, B), bool)
-
-        def act(g: int, t: int) -> None:
-            # The copies into the fragment run while the group's emulators (ALE's threads) step.
-            with policy_watch:
-                inputs, v = unpack(out[g])
-            if not (np.isfinite(inputs).all() and np.isfinite(v).all()):
-                model = f"model {cfg.model!r}" if cfg.model else "the default network"
-                raise PolicyOutputError(
-                    bad_output_message(inputs, v, self.index, model, cfg.env, self.env_steps + t * B + g * n)
-                )
-            if self._explore is None:
-                a, lp = dist.sample_host(self._rng, inputs)
-            else:
-                a, lp = self._explore(self._rng, inputs, cfg, self.index, self.env_steps + t * B + g * n)
-            with env_watch:
-                self.envs[g].step_async(dist.to_env(a))
-            cols = slice(g * n, (g + 1) * n)
-            obs[t, cols], actions[t, cols], logp[t, cols], values[t, cols] = self._obs[g], a, lp, v
-            dist_inputs[t, cols] = inputs
-            if memory is not None:
-                frag[STARTS_FIELD][t, cols] = memory.starts[g]
-
-        def collect(g: int, t: int) -> None:
-            # The next forward pass is dispatched as soon as its observation exists, so on a GPU
-            # it runs during the reward bookkeeping.
-            with env_watch:
-                step = self.envs[g].step_wait()
-            if cfg.rollout.check_finite:
-                check_finite_step(step.obs, step.reward, cfg.env, self.index, self.env_steps + t * B + g * n)
-            next_obs = self.normalizer.observe(step.obs)
-            if memory is not None:
-                memory.advance(g, step.terminated | step.truncated)
-            out[g] = forward(g, next_obs)
-
-            def final_value() -> np.ndarray:
-                final_obs = self.normalizer.normalize(step.final_obs)
-                with policy_watch:
-                    if memory is not None:  # from the state the ended episode reached
-                        return memory.final_values(params, g, final_obs)
-                    return unpack(self._forward(params, final_obs))[1]
-
-            cols = slice(g * n, (g + 1) * n)
-            reward = self.normalizer.rewards(cols, step.reward, step.terminated | step.truncated)
-            rewards[t, cols], discounts[t, cols] = bootstrap_truncations(
-                reward, step.terminated, step.truncated, cfg.gamma, final_value
-            )
-            self._obs[g] = next_obs
-
-        # With several groups, one group's emulators run while the worker waits for the policy
-        # on the next group and picks its actions (double buffering at two groups).
-        for g in range(len(self.envs)):
-            act(g, 0)
-        for t in range(T):
-            for g in range(len(self.envs)):
-                collect(g, t)
-                if t + 1 < T:
-                    act(g, t + 1)
-        with policy_watch:
-            bootstrap_value = np.concatenate([unpack(o)[1] for o in out])
-        last_obs = self._obs[0] if len(self._obs) == 1 else np.concatenate(self._obs)
-        traj = dict(frag, bootstrap_value=bootstrap_value, last_obs=last_obs)
-        self.env_steps += T * B
+        start = time.perf_counter()
+        loop = FragmentLoop(self, params)
+        traj = loop.run()
+        self.env_steps += loop.steps
         returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
-        timing = SampleTiming(time.perf_counter() - start, env_watch.seconds, policy_watch.seconds)
-        return Rollout(traj, T * B, returns, lengths, version, timing)
+        timing = SampleTiming(time.perf_counter() - start, loop.env_watch.seconds, loop.policy_watch.seconds)
+        return Rollout(traj, loop.steps, returns, lengths, version, timing)
+
+    def choose_actions(self, inputs: np.ndarray, values: np.ndarray, env_step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Actions and their log-probabilities for a group of envs from the policy's outputs on
+        them, the first of them at the worker's ``env_step``: the policy's own host sampler, or
+        the algorithm's ``explore``. Raises :class:`PolicyOutputError` on a non-finite output."""
+        if not (np.isfinite(inputs).all() and np.isfinite(values).all()):
+            cfg = self.config
+            model = f"model {cfg.model!r}" if cfg.model else "the default network"
+            raise PolicyOutputError(bad_output_message(inputs, values, self.index, model, cfg.env, env_step))
+        if self._explore is None:
+            return self.policy.distribution.sample_host(self._rng, inputs)
+        return self._explore(self._rng, inputs, self.config, self.index, env_step)
 
     def close(self) -> None:
         """Stops the sampler thread (``sample_async``) and the environments."""
