@@ -10,7 +10,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jaxflow.api.cli_args import MODES, import_modules, new_run, overrides, parse
+from jaxflow.api.cli_args import import_modules, new_run, overrides, parse
+from jaxflow.api.cli_flags import MODES
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.loggers import parse_loggers
 from jaxflow.api.user_errors import check_address, check_evaluate, check_train, one_line, user_errors

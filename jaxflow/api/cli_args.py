@@ -1,5 +1,6 @@
-"""The ``jaxflow`` command line's arguments: the parser, the config fields ``train``'s flags set,
-the user's modules (``--import``), and ``train --config FILE`` (read by :mod:`jaxflow.api.run_file`).
+"""The ``jaxflow`` command line's arguments: the parser (``train``'s and ``tune``'s flags in
+:mod:`jaxflow.api.cli_flags`), the config fields ``train``'s flags set, the user's modules
+(``--import``), and ``train --config FILE`` (read by :mod:`jaxflow.api.run_file`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from jaxflow.api.loggers import DEFAULT_LOGGERS, LOGGERS
+from jaxflow.api.cli_flags import train_arguments, tune_arguments
 from jaxflow.api.plot import X_KEYS
-from jaxflow.api.retention import DEFAULT_KEEP
 from jaxflow.api.run_file import run_file_arguments
 from jaxflow.api.user_errors import Parser, int_at_least
 from jaxflow.config.fields import ConfigError
@@ -33,8 +33,6 @@ IMPORT_FLAG = {
 }
 """``--import``, which train, evaluate and export take."""
 
-MODES = ("auto", "ray", "device")
-
 
 def parser() -> argparse.ArgumentParser:
     """The ``jaxflow`` command line's parser (its errors are :class:`UsageError`)."""
@@ -45,10 +43,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train an algorithm (or resume a run)")
-    _train_arguments(t)
+    train_arguments(t)
     t.add_argument("--import", **IMPORT_FLAG)  # type: ignore[arg-type]
     tu = sub.add_parser("tune", help="search an algorithm's settings with Ray Tune (ASHA, PBT), trials in parallel")
-    _tune_arguments(tu)
+    tune_arguments(tu)
     e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     e.add_argument("--episodes", type=int_at_least(1), default=10)
@@ -71,135 +69,6 @@ def parser() -> argparse.ArgumentParser:
     for command in (t, tu, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
-
-
-def _train_arguments(t: argparse.ArgumentParser) -> None:
-    """``jaxflow train``'s flags of what to train: the run file, algorithm, env, stop and settings."""
-    t.add_argument(
-        "--config",
-        metavar="FILE",
-        help="a run's flags from a JSON file (e.g. examples/tuned/dqn-cartpole.json); flags given here override it",
-    )
-    _algorithm_arguments(t)
-    _train_run_arguments(t)
-
-
-def _algorithm_arguments(t: argparse.ArgumentParser) -> None:
-    """The flags of what to train, which ``train`` and ``tune`` share: algorithm, env, stop and settings."""
-    t.add_argument("--algo", help="algorithm name, case-insensitive (see `jaxflow list`)")
-    t.add_argument("--env", help="environment id (see `jaxflow list`)")
-    t.add_argument("--num-workers", type=int, help="Ray rollout workers (0: sample in this process)")
-    t.add_argument("--seed", type=int)
-    t.add_argument(
-        "--stop",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="stop at the first condition met; repeatable (training_iteration, env_steps_sampled, "
-        "episode_return_mean, time_s, evaluation/episode_return_mean with --set evaluation_interval=N)",
-    )
-    t.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="override a config field, by its flat (lr) or dotted (optimizer.lr) name; repeatable",
-    )
-
-
-def _tune_arguments(t: argparse.ArgumentParser) -> None:
-    """``jaxflow tune``'s flags: what each trial trains (as ``train``'s), what is searched, how."""
-    _algorithm_arguments(t)
-    t.add_argument("--mode", choices=MODES, help="each trial's mode (see train --mode)")
-    t.add_argument(
-        "--search",
-        action="append",
-        default=[],
-        metavar="FIELD=KIND(...)",
-        help="a searched field: loguniform(LOW,HIGH), uniform(LOW,HIGH), randint(LOW,HIGH), choice(V1,V2,...) "
-        "or grid_search(V1,V2,...); repeatable",
-    )
-    t.add_argument("--num-samples", type=int_at_least(1), default=1, help="trials drawn (each grid point this often)")
-    t.add_argument("--scheduler", default="fifo", help="fifo, asha (early stopping) or pbt (population-based training)")
-    t.add_argument(
-        "--scheduler-interval",
-        type=int_at_least(1),
-        default=1,
-        help="iterations between the scheduler's decisions: ASHA's first cut (then 2N, 4N, ...), PBT's perturbations",
-    )
-    t.add_argument("--checkpoint-every", type=int_at_least(1), default=1, help="iterations between trial checkpoints")
-    t.add_argument("--max-failures", type=int_at_least(0), default=1, help="restarts of a trial whose process dies")
-    t.add_argument(
-        "--logdir", help="the experiment's directory (new or empty): trials, checkpoints, best_checkpoint.json"
-    )
-    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
-
-
-def _train_run_arguments(t: argparse.ArgumentParser) -> None:
-    """``jaxflow train``'s flags of where a run goes, how it resumes and how many agents it trains."""
-    t.add_argument(
-        "--logdir", help="where progress, TensorBoard events and checkpoints go (a new directory, or see --overwrite)"
-    )
-    t.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the run in --logdir (its progress, config, events and checkpoints); without it, "
-        "a logdir that holds a run is refused",
-    )
-    t.add_argument(
-        "--resume",
-        metavar="LOGDIR",
-        help="continue the run in LOGDIR (or at a storage URI) from its last checkpoint that verifies",
-    )
-    t.add_argument(
-        "--storage",
-        metavar="URI",
-        help="copy the run there after every checkpoint and at the end (s3://bucket/run, or any URI fsspec "
-        "or pyarrow.fs opens); only the driver reaches it; resume with --resume URI",
-    )
-    t.add_argument(
-        "--checkpoint-every",
-        type=int_at_least(0),
-        default=10,
-        help="iterations between checkpoints (0: at the end only)",
-    )
-    t.add_argument(
-        "--keep-checkpoints",
-        type=int_at_least(0),
-        default=DEFAULT_KEEP,
-        help="keep the newest N checkpoints and the best one (best_checkpoint.json names it); 0: keep all",
-    )
-    t.add_argument(
-        "--mode",
-        choices=MODES,
-        help="Ray rollout workers, or rollout + update compiled on the device "
-        "(gymnax and brax envs); default auto: device for gymnax/<id> and brax/<name> envs where the algorithm has it",
-    )
-    t.add_argument("--num-seeds", type=int, help="device mode: train this many seeds at once (vmapped)")
-    t.add_argument(
-        "--sweep",
-        metavar="FIELD=V1,V2,...",
-        help="device mode: train one agent per value of a numeric config field, all at once",
-    )
-    t.add_argument(
-        "--pbt",
-        metavar="FIELD,FIELD,...",
-        help="device mode: population-based training of the agents, perturbing these float fields "
-        "(--set pbt_interval=N, pbt_quantile=Q, pbt_resample_prob=P)",
-    )
-    t.add_argument(
-        "--multiagent",
-        metavar="FILE",
-        help="a multi-agent run: its env, policies (each with its algorithm) and agent -> policy mapping, as JSON",
-    )
-    t.add_argument(
-        "--logger",
-        default=",".join(DEFAULT_LOGGERS),
-        help=f"where results go besides the console: a comma-separated list out of {', '.join(LOGGERS)} "
-        "(wandb and mlflow need their extras: pip install 'jaxflow-rl[wandb]')",
-    )
-    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
-    t.add_argument("--quiet", action="store_true", help="no progress output")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, str]:
