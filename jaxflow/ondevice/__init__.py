@@ -2,10 +2,11 @@
 
 from jaxflow.ondevice.members import Member, members, with_hyper
 from jaxflow.ondevice.pbt import PBTState, PopulationBasedTraining
-from jaxflow.ondevice.program import AnakinState, DeviceProgram
+from jaxflow.ondevice.program import DeviceProgram
 from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
 from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.spec import TRANSITIONS, DeviceReplay, DeviceSpec, ReplayBuffer, flat_batch
+from jaxflow.ondevice.state import AnakinState
 from jaxflow.ondevice.update import replay_update
 
 __all__ = [

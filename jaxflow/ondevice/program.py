@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,29 +39,15 @@ from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.evaluation import DeviceEvaluator
 from jaxflow.ondevice.members import members, with_hyper
-from jaxflow.ondevice.pbt import PBTState, PopulationBasedTraining, init_state, record
-from jaxflow.ondevice.rollout import EnvCarry, count_observations, rollout
+from jaxflow.ondevice.pbt import PopulationBasedTraining, init_state, record
+from jaxflow.ondevice.rollout import EnvCarry, initial_carry, rollout
 from jaxflow.ondevice.source import OnDevice
+from jaxflow.ondevice.state import AnakinState, state_shardings
 from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
-from jaxflow.rollout.normalize import Normalizer, normalizer_init
+from jaxflow.rollout.normalize import Normalizer
 
 Array = jax.Array
-
-
-class AnakinState(NamedTuple):
-    """Everything a member needs to continue, bit for bit: saved and restored as one pytree."""
-
-    train: TrainState
-    envs: EnvCarry
-    key: Array
-    iteration: Array
-    """Training iterations done (int32 scalar)."""
-    hyper: dict[str, Array]
-    """The member's values of the swept field and of the fields PBT perturbs ({} without either)."""
-    replay: Any = None
-    pbt: PBTState | None = None
-    """The member's population-based training record (None without PBT)."""
 
 
 class DeviceProgram:
@@ -96,11 +82,10 @@ class DeviceProgram:
         self._make_optimizer = spec.learner.optimizer(config)
         self._optimizer = scheduled_optimizer(self._make_optimizer, config)
         mesh = Mesh(np.asarray(self.devices), ("batch",))
-        self._replicated = NamedSharding(mesh, PartitionSpec())
         self._env_sharded = NamedSharding(mesh, PartitionSpec("batch"))
         state = self._init_members()
         self._check(state, obs_shape)
-        self._shardings = self._state_shardings(state)
+        self._shardings = state_shardings(state, mesh)
         self.state = jax.device_put(state, self._shardings, may_alias=False)
         self.pbt = PopulationBasedTraining(config, self.members, self._shardings) if config.device.pbt else None
         self._run = jax.jit(self._run_members, donate_argnums=0)
@@ -136,17 +121,7 @@ class DeviceProgram:
         optimizer = scheduled_optimizer(self._make_optimizer, cfg)
         train = TrainState.create(params, optimizer, key, target_network=self.device.replay is not None)
         key, k_reset = jax.random.split(jax.random.fold_in(key, 1))
-        obs, env_state = jax.vmap(self.env.reset_env, in_axes=(0, None))(
-            jax.random.split(k_reset, self.num_envs), self.env_params
-        )
-        zeros = jnp.zeros(self.num_envs, jnp.float32)
-        norm = count_observations(normalizer_init(cfg, obs.shape[1:], jnp), obs)  # the first observations
-        discounted = zeros if norm is not None and norm.ret is not None else None
-        carry = EnvCarry(env_state, obs, zeros, jnp.zeros(self.num_envs, jnp.int32), norm, discounted)
-        if self.policy.recurrent:  # every env starts an episode, from the initial state
-            carry = carry._replace(
-                policy_state=self.policy.initial_state(self.num_envs), episode_start=jnp.ones(self.num_envs, bool)
-            )
+        carry = initial_carry(self.env, self.env_params, self.policy, cfg, self.num_envs, k_reset)
         replay = None
         if self.device.replay is not None:
             settings = self.device.replay(self.config)
@@ -181,20 +156,6 @@ class DeviceProgram:
                 "so it cannot vary inside one compiled function; vary numeric fields such as lr, "
                 "gamma or ent_coef."
             ) from e
-
-    def _state_shardings(self, state: AnakinState) -> Any:
-        env_sharding = NamedSharding(self._env_sharded.mesh, PartitionSpec(None, "batch"))
-        return state._replace(
-            **{
-                f: jax.tree.map(lambda _: self._replicated, getattr(state, f))
-                for f in AnakinState._fields
-                if f != "envs"
-            },
-            # The statistics are the run's, not per env: replicated like the parameters.
-            envs=jax.tree.map(lambda _: env_sharding, state.envs)._replace(
-                normalizer=jax.tree.map(lambda _: self._replicated, state.envs.normalizer)
-            ),
-        )
 
     def get_state(self) -> AnakinState:
         """The whole state on the host (for checkpoints)."""

@@ -17,6 +17,7 @@ from jaxflow.rollout.normalize import (
     moments_merge,
     moments_of,
     normalize_observations,
+    normalizer_init,
     scale_rewards,
 )
 from jaxflow.rollout.truncation import truncation_bootstrap
@@ -38,6 +39,20 @@ class EnvCarry(NamedTuple):
     discounted: Array | None = None
     policy_state: Any = None
     episode_start: Array | None = None
+
+
+def initial_carry(env: Any, env_params: Any, policy: Policy, config: Any, num_envs: int, key: Array) -> EnvCarry:
+    """``num_envs`` environments reset with ``key``: no episode under way, the normalizer's
+    statistics (where the run normalizes) counting their first observations, and for a
+    recurrent policy every env starting an episode from the initial state."""
+    obs, env_state = jax.vmap(env.reset_env, in_axes=(0, None))(jax.random.split(key, num_envs), env_params)
+    zeros = jnp.zeros(num_envs, jnp.float32)
+    norm = count_observations(normalizer_init(config, obs.shape[1:], jnp), obs)
+    discounted = zeros if norm is not None and norm.ret is not None else None
+    carry = EnvCarry(env_state, obs, zeros, jnp.zeros(num_envs, jnp.int32), norm, discounted)
+    if policy.recurrent:
+        carry = carry._replace(policy_state=policy.initial_state(num_envs), episode_start=jnp.ones(num_envs, bool))
+    return carry
 
 
 def observed(norm: Normalizer | None, obs: Array, clip: float) -> Array:
