@@ -13,7 +13,8 @@ from jaxflow._lazy import lazy_exports
 
 _NAMES_BY_MODULE: dict[str, str] = {
     "jaxflow.api.algorithm": "Algorithm find_checkpoint load_policy",
-    "jaxflow.api.checkpoint": "FORMAT_VERSION CheckpointError latest load_meta restore_state save verify",
+    "jaxflow.api.checkpoint": "FORMAT_VERSION CheckpointError latest load_meta save verify",
+    "jaxflow.api.checkpoint_state": "restore_state",
     "jaxflow.api.cli": "MODES main",
     "jaxflow.api.loop": "STOP_KEYS parse_stop should_stop train",
     "jaxflow.api.program": "CheckpointFiles Program build_program resolve_mode standard_program",
@@ -27,7 +28,8 @@ _NAMES_BY_MODULE: dict[str, str] = {
 
 if TYPE_CHECKING:
     from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
-    from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, restore_state, save, verify
+    from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, save, verify
+    from jaxflow.api.checkpoint_state import restore_state
     from jaxflow.api.cli import MODES, main
     from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
     from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program

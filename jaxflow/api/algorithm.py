@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from jaxflow import envs
-from jaxflow.api import checkpoint
+from jaxflow.api import checkpoint, checkpoint_state
 from jaxflow.api.evaluation import PeriodicEvaluation
 from jaxflow.api.program import Program, build_program, resolve_mode
 from jaxflow.api.ray_program import NormalizedState, RayProgram
@@ -113,7 +113,7 @@ class Algorithm:
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
         files = self.program.files
         state = self.program.get_state()
-        checkpoint.check_finite(state)
+        checkpoint_state.check_finite(state)
         path = checkpoint.save(directory, self.iteration, state, meta, None if files is None else files.save)
         if files is not None:
             files.saved_at(path)
@@ -140,13 +140,13 @@ class Algorithm:
     def load(self, path: str) -> None:
         """Loads the program's state, the counters and any checkpointed files into this run,
         from checkpoint ``path`` or the newest one under it that verifies and fits."""
-        found = checkpoint.search(path, lambda ckpt, _: checkpoint.check_shapes(ckpt, self.program.get_state()))
+        found = checkpoint.search(path, lambda ckpt, _: checkpoint_state.check_shapes(ckpt, self.program.get_state()))
         self._load_verified(found.path, found.meta)
 
     def _load_verified(self, ckpt: str, meta: dict[str, Any]) -> None:
         template = self.program.get_state()
-        checkpoint.check_shapes(ckpt, template)  # a program of its own is checked only here, once started
-        self.program.set_state(checkpoint.restore_state(ckpt, template))
+        checkpoint_state.check_shapes(ckpt, template)  # a program of its own is checked only here, once started
+        self.program.set_state(checkpoint_state.restore_state(ckpt, template))
         self.context.load_state(meta["context"])
         if self.program.files is not None:
             self.program.files.load(ckpt)
@@ -217,7 +217,7 @@ def load_policy(path: str) -> tuple[Any, Policy, Any, Normalizer | None]:
     plan = plan_restore(path)
     if plan.template is None:
         raise checkpoint.fail(plan.path, f"{plan.spec.name} runs a program of its own: load it with Algorithm.restore")
-    state = checkpoint.restore_state(plan.path, plan.template.state)
+    state = checkpoint_state.restore_state(plan.path, plan.template.state)
     if plan.template.program is not None:
         program = plan.template.program
         program.set_state(state)

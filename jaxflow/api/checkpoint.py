@@ -7,7 +7,8 @@ It is written under a temporary name and renamed when complete; an existing chec
 the same iteration is renamed aside first and deleted last, so a write interrupted at any
 point leaves a loadable checkpoint. :func:`verify` reads a checkpoint without trusting it
 (nothing is unpickled, nothing restored) and :func:`search` picks the newest one that
-verifies, reporting those it skips.
+verifies, reporting those it skips. The arrays of ``state/`` are checked and restored by
+:mod:`jaxflow.api.checkpoint_state`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxflow import envs
@@ -43,7 +43,6 @@ META_KEYS: dict[str, type] = {
     "config": dict,
     "context": dict,
 }
-SHOWN_MISMATCHES = 3  # differing arrays named in a shape/dtype error
 
 _NAME = re.compile(r"^checkpoint_(\d+)$")
 _ASIDE = re.compile(r"^\.old-checkpoint_(\d+)-[0-9a-f]+$")
@@ -59,22 +58,6 @@ class CheckpointError(ConfigError):
 def fail(path: str, what: str) -> CheckpointError:
     """The one-line error for checkpoint ``path``."""
     return CheckpointError(f"checkpoint {path}: {' '.join(what.split())}")
-
-
-def check_finite(state: Any) -> None:
-    """Raises :class:`CheckpointError` naming the first arrays of ``state`` that hold NaN or
-    infinite values: a diverged run is not saved over its last good checkpoint."""
-    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    bad = [
-        jax.tree_util.keystr(path)
-        for path, x in leaves
-        if np.issubdtype(np.asarray(x).dtype, np.floating) and not np.isfinite(np.asarray(x)).all()
-    ]
-    if bad:
-        raise CheckpointError(
-            f"refusing to save a checkpoint with NaN or infinite values in {len(bad)} arrays "
-            f"(first: {', '.join(bad[:3])}); the run diverged."
-        )
 
 
 def save(
@@ -266,45 +249,3 @@ def latest(directory: str) -> str | None:
     if not is_checkpoint(directory) and not candidates(directory):
         return None
     return search(directory).path
-
-
-def _arrays(tree: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    flat = ocp.tree.to_flat_dict(tree)
-    return {
-        "/".join(map(str, k)): (tuple(v.shape), np.dtype(v.dtype))
-        for k, v in flat.items()
-        if hasattr(v, "shape") and hasattr(v, "dtype")
-    }
-
-
-def check_shapes(path: str, template: Any) -> None:
-    """Raises :class:`CheckpointError` unless the arrays orbax saved under ``path`` have the
-    tree, shapes and dtypes of ``template``; reads orbax's metadata only."""
-    try:
-        with ocp.StandardCheckpointer() as ckptr:
-            item = ckptr.metadata(os.path.join(path, "state")).item_metadata
-    except Exception as e:  # orbax raises many kinds on a damaged directory: all mean "unreadable"
-        raise fail(path, f"orbax cannot read the metadata of state/ ({type(e).__name__}: {e})") from e
-    if item is None:  # orbax logs why and returns nothing
-        raise fail(path, "orbax cannot read the metadata of state/ (state/_METADATA is missing or damaged)")
-    saved = _arrays(item.tree)
-    expected = _arrays(ocp.tree.serialize_tree(jax.device_get(template), keep_empty_nodes=True))
-    diffs = [
-        f"{k}: saved {_show(saved.get(k))}, expected {_show(expected.get(k))}"
-        for k in sorted(set(saved) | set(expected))
-        if saved.get(k) != expected.get(k)
-    ]
-    if diffs:
-        more = f" (and {len(diffs) - SHOWN_MISMATCHES} more)" if len(diffs) > SHOWN_MISMATCHES else ""
-        raise fail(path, f"state does not fit this config: {'; '.join(diffs[:SHOWN_MISMATCHES])}{more}")
-
-
-def _show(entry: tuple[tuple[int, ...], np.dtype] | None) -> str:
-    return "nothing" if entry is None else f"{entry[1]}{list(entry[0])}"
-
-
-def restore_state(path: str, template: Any) -> Any:
-    """Restores the saved state into the structure, shapes and dtypes of ``template``."""
-    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, jax.device_get(template))
-    with ocp.StandardCheckpointer() as ckptr:
-        return ckptr.restore(os.path.join(path, "state"), abstract)

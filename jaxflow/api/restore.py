@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from jaxflow.api import checkpoint
+from jaxflow.api import checkpoint, checkpoint_state
 from jaxflow.api.program import resolve_mode
 from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm
@@ -80,7 +80,7 @@ def plan_restore(path: str, overrides: Mapping[str, Any] | None = None, from_str
             except (ConfigError, KeyError, ImportError, AttributeError) as e:  # KeyError: envs.UnknownEnvError
                 why = e.args[0] if isinstance(e, KeyError) and e.args else e  # a KeyError's str() is quoted
                 raise checkpoint.fail(ckpt, f"its {spec.name} config does not build: {why}") from e
-            checkpoint.check_shapes(ckpt, template.state)
+            checkpoint_state.check_shapes(ckpt, template.state)
         templates[ckpt] = template
 
     found = checkpoint.search(path, fits)
@@ -101,7 +101,7 @@ def _refuse_reshaping(ckpt: str, config: Any, spec: AlgorithmSpec, overrides: Ma
     the error names the overrides that do not fit on their own (or all, if only together)."""
     template = state_template(config, spec)
     try:
-        checkpoint.check_shapes(ckpt, template.state)
+        checkpoint_state.check_shapes(ckpt, template.state)
         return template
     except checkpoint.CheckpointError as e:
         why = str(e).split(": ", 1)[1]
@@ -128,7 +128,7 @@ def _refuse_replay_layout(ckpt: str, meta: Mapping[str, Any], config: Any) -> No
 
 def _fits(ckpt: str, config: Any, spec: AlgorithmSpec) -> bool:
     try:
-        checkpoint.check_shapes(ckpt, state_template(config, spec).state)
+        checkpoint_state.check_shapes(ckpt, state_template(config, spec).state)
     except checkpoint.CheckpointError:
         return False
     return True

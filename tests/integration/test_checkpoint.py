@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxflow import Algorithm
-from jaxflow.api import checkpoint, cli
+from jaxflow.api import checkpoint, checkpoint_state, cli
 from jaxflow.api.restore import run_directory
 
 SMALL = dict(num_envs_per_worker=4, rollout_fragment_length=32, train_batch_size=256, num_workers=2, seed=3)
@@ -21,7 +21,7 @@ SMALL = dict(num_envs_per_worker=4, rollout_fragment_length=32, train_batch_size
 # the learner state and the counters with what the saving process wrote down.
 COMPARE = r"""
 import json, sys, numpy as np, jax
-from jaxflow.api import checkpoint, cli
+from jaxflow.api import checkpoint, checkpoint_state, cli
 from jaxflow.api.restore import run_directory
 from jaxflow.api.ray_program import build_learner
 from jaxflow.api.registry import get_algorithm
@@ -30,7 +30,7 @@ path, expected = sys.argv[1], np.load(sys.argv[2])
 meta = checkpoint.load_meta(path)
 spec = get_algorithm(meta["algorithm"])
 _, learner = build_learner(from_json_dict(spec.config_cls, meta["config"]), spec)
-state = jax.device_get(checkpoint.restore_state(path, learner.state))
+state = jax.device_get(checkpoint_state.restore_state(path, learner.state))
 leaves = jax.tree_util.tree_leaves(state)
 assert len(leaves) == len(expected.files), (len(leaves), len(expected.files))
 bad = [i for i, x in enumerate(leaves) if not (x.dtype == expected[f"arr_{i}"].dtype and np.array_equal(x, expected[f"arr_{i}"]))]
@@ -108,7 +108,7 @@ def test_interrupted_write_leaves_previous_checkpoint(tmp_path, monkeypatch):
     # A process killed mid-write leaves its temporary directory behind; it must be ignored too.
     os.makedirs(tmp_path / ".tmp-checkpoint_000003-deadbeef" / "state")
     assert checkpoint.latest(str(tmp_path)) == first
-    restored = checkpoint.restore_state(first, state)
+    restored = checkpoint_state.restore_state(first, state)
     np.testing.assert_array_equal(restored["w"], state["w"])
     assert sorted(os.listdir(tmp_path)) == [".tmp-checkpoint_000003-deadbeef", "checkpoint_000001"]
     assert sorted(os.listdir(first)) == ["manifest.json", "meta.json", "state"]

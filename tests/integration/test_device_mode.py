@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxflow import Algorithm
-from jaxflow.api import checkpoint, cli
+from jaxflow.api import checkpoint, checkpoint_state, cli
 from jaxflow.api.loop import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,7 +111,7 @@ def test_cli_resume_in_a_fresh_process_is_bit_exact(tmp_path):
     )
     for _ in range(10):
         expected = algo.train()
-    resumed = checkpoint.restore_state(checkpoint.latest(logdir), algo.program.get_state())
+    resumed = checkpoint_state.restore_state(checkpoint.latest(logdir), algo.program.get_state())
     leaves = jax.tree_util.tree_leaves_with_path(algo.program.get_state())
     assert any("pbt" in jax.tree_util.keystr(path) for path, _ in leaves)
     for (path, a), b in zip(leaves, jax.tree.leaves(resumed)):

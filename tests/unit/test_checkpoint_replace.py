@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxflow.api import checkpoint
+from jaxflow.api import checkpoint, checkpoint_state
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.restore import plan_restore, state_template
 from jaxflow.config.names import make_config
@@ -73,7 +73,7 @@ def test_an_interrupted_replace_leaves_a_loadable_checkpoint(dqn, tmp_path, monk
     assert [n.rsplit("-", 1)[0] if n.startswith(".old-") else n for n in names] == sorted(left)
     plan = plan_restore(directory)
     assert plan.skipped == [] and os.path.basename(plan.path).rsplit("-", 1)[0] in left
-    restored = checkpoint.restore_state(plan.path, plan.template.state)
+    restored = checkpoint_state.restore_state(plan.path, plan.template.state)
     assert int(restored.step) == int(state.step) + (5 if survivor == "new" else 0)
     # The run goes on: the next checkpoint is written and found; rewriting this one leaves no aside copy.
     checkpoint.save(directory, ITERATION + 1, new, meta)
@@ -90,4 +90,4 @@ def test_a_complete_replace_leaves_only_the_new_checkpoint(dqn, tmp_path):
     checkpoint.save(str(tmp_path), ITERATION, state, meta)
     path = checkpoint.save(str(tmp_path), ITERATION, state._replace(step=np.asarray(7, np.int32)), meta)
     assert os.listdir(tmp_path) == ["checkpoint_000004"]
-    assert int(checkpoint.restore_state(path, state).step) == 7
+    assert int(checkpoint_state.restore_state(path, state).step) == 7
