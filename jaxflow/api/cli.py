@@ -20,46 +20,11 @@ __all__ = ["MODES", "main"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from jaxflow.api.algorithm import Algorithm
     from jaxflow.api.loop import parse_stop, train
-    from jaxflow.api.program import resolve_mode
-    from jaxflow.api.ray_program import init_ray
-    from jaxflow.api.spaces import env_spaces
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
     store, resume = _storage(args)
-    if resume:
-        from jaxflow.api.restore import plan_restore, run_directory
-
-        plan = plan_restore(resume, overrides(args), from_strings=True)  # verified before Ray starts
-        logdir = run_directory(resume)  # a checkpoint's folder continues the run it belongs to
-        for _, why in plan.skipped:
-            print(f"jaxflow: skipped {why}", flush=True)
-        spec, config = plan.spec, plan.config
-        mode = resolve_mode(config, spec)
-        print(f"jaxflow: resuming {spec.name} from {plan.path}, {_describe(config, mode)}", flush=True)
-        if mode == "ray":
-            init_ray(args.address)
-        algo = Algorithm.from_plan(plan)
-    else:
-        spec, config = new_run(args)  # validated before any actor starts
-        mode = resolve_mode(config, spec)
-        if spec.run.program is None:  # a standard program acts in config.env: its spaces are checked before Ray starts
-            env_spaces(config, spec)
-        if getattr(config, "model", None):  # the user's module is imported in the run; its name is checked now
-            from jaxflow.networks.models import check_model
-
-            check_model(config.model)
-        logdir = args.logdir or os.path.join(
-            "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        if store is not None:
-            store.claim(args.overwrite)
-        claim_logdir(logdir, args.overwrite)  # a run there is refused (or replaced) before anything starts
-        print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
-        if mode == "ray":
-            init_ray(args.address)
-        algo = Algorithm(config, spec)
+    algo, logdir = _resumed_run(args, resume) if resume else _new_run(args, store)
     try:
         result = train(
             algo,
@@ -80,6 +45,54 @@ def _train(args: argparse.Namespace) -> int:
         flush=True,
     )
     return 0
+
+
+def _resumed_run(args: argparse.Namespace, resume: str) -> tuple[Any, str]:
+    """``(algorithm, logdir)`` of ``train --resume``: the checkpoint verified and fitted to the
+    overrides before Ray starts, the run continued in the run directory it belongs to."""
+    from jaxflow.api.algorithm import Algorithm
+    from jaxflow.api.program import resolve_mode
+    from jaxflow.api.ray_program import init_ray
+    from jaxflow.api.restore import plan_restore, run_directory
+
+    plan = plan_restore(resume, overrides(args), from_strings=True)  # verified before Ray starts
+    logdir = run_directory(resume)  # a checkpoint's folder continues the run it belongs to
+    for _, why in plan.skipped:
+        print(f"jaxflow: skipped {why}", flush=True)
+    spec, config = plan.spec, plan.config
+    mode = resolve_mode(config, spec)
+    print(f"jaxflow: resuming {spec.name} from {plan.path}, {_describe(config, mode)}", flush=True)
+    if mode == "ray":
+        init_ray(args.address)
+    return Algorithm.from_plan(plan), logdir
+
+
+def _new_run(args: argparse.Namespace, store: Any) -> tuple[Any, str]:
+    """``(algorithm, logdir)`` of a new run: its config, env spaces and model checked, its
+    storage and logdir claimed, all before Ray starts."""
+    from jaxflow.api.algorithm import Algorithm
+    from jaxflow.api.program import resolve_mode
+    from jaxflow.api.ray_program import init_ray
+    from jaxflow.api.spaces import env_spaces
+
+    spec, config = new_run(args)  # validated before any actor starts
+    mode = resolve_mode(config, spec)
+    if spec.run.program is None:  # a standard program acts in config.env: its spaces are checked before Ray starts
+        env_spaces(config, spec)
+    if getattr(config, "model", None):  # the user's module is imported in the run; its name is checked now
+        from jaxflow.networks.models import check_model
+
+        check_model(config.model)
+    logdir = args.logdir or os.path.join(
+        "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    if store is not None:
+        store.claim(args.overwrite)
+    claim_logdir(logdir, args.overwrite)  # a run there is refused (or replaced) before anything starts
+    print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
+    if mode == "ray":
+        init_ray(args.address)
+    return Algorithm(config, spec), logdir
 
 
 def _storage(args: argparse.Namespace) -> tuple[Any, str | None]:

@@ -96,16 +96,7 @@ def train(
     receives a copy of ``logdir``'s run after every checkpoint and at the end; a new run
     refuses a storage that holds one unless ``overwrite``.
     """
-    if not stop:
-        raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
-    check_stop(stop)
-    loggers = parse_loggers(",".join(loggers)) if loggers else ()
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
-        raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
-    if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
-        raise ConfigError(f"keep_checkpoints must be an int >= 0 (0: all), got {keep_checkpoints!r}.")
-    if storage is not None and not logdir:
-        raise ConfigError("train(storage=...) copies a logdir there: give a logdir too.")
+    loggers = _checked_arguments(stop, loggers, checkpoint_every, keep_checkpoints, storage, logdir)
     store = Storage(storage) if isinstance(storage, str) else storage
     if store is not None and algo.iteration == 0:
         store.claim(overwrite)  # before the local logdir is touched: a refused run changes nothing
@@ -136,6 +127,29 @@ def train(
         if store is not None and logdir:
             store.push(logdir)  # the final checkpoint, and the logs of a run that failed, too
     return result
+
+
+def _checked_arguments(
+    stop: Mapping[str, float],
+    loggers: Sequence[str],
+    checkpoint_every: int,
+    keep_checkpoints: int,
+    storage: str | Storage | None,
+    logdir: str | None,
+) -> Sequence[str]:
+    """Checks :func:`train`'s arguments in their order, each refusal a one-line
+    :class:`ConfigError`; returns the ``loggers`` parsed."""
+    if not stop:
+        raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
+    check_stop(stop)
+    parsed = parse_loggers(",".join(loggers)) if loggers else ()
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
+    if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
+        raise ConfigError(f"keep_checkpoints must be an int >= 0 (0: all), got {keep_checkpoints!r}.")
+    if storage is not None and not logdir:
+        raise ConfigError("train(storage=...) copies a logdir there: give a logdir too.")
+    return parsed
 
 
 def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int, store: Storage | None = None) -> None:

@@ -177,7 +177,6 @@ def _step(
     done = terminated | truncated
     norm, scaled, discounted = _scale(norm, c.discounted, reward, done, config.gamma, clip)
     rewards, discounts = truncation_bootstrap(scaled, terminated, truncated, config.gamma, v_final)
-    episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
     out = dict(
         obs=x,
         actions=actions,
@@ -189,8 +188,27 @@ def _step(
     )
     if policy.recurrent:
         out[STARTS_FIELD] = c.episode_start
+    c, ended = _next_carry(c, env_state, obs, reward, done, norm, discounted, state, policy.recurrent)
+    return (c, truncations), (out, ended)
+
+
+def _next_carry(
+    c: EnvCarry,
+    env_state: Any,
+    obs: Array,
+    reward: Array,
+    done: Array,
+    norm: Normalizer | None,
+    discounted: Array | None,
+    state: Any,
+    recurrent: bool,
+) -> tuple[EnvCarry, tuple[Array, Array]]:
+    """The carry after one step, from ``c`` before it, and the returns and lengths of the
+    episodes the step ended (NaN and 0 elsewhere); a ``recurrent`` policy's ``state`` goes on
+    with whether each observation starts an episode."""
+    episode_return, episode_length = c.episode_return + reward, c.episode_length + 1
     ended = (jnp.where(done, episode_return, jnp.nan), jnp.where(done, episode_length, 0))
-    c = EnvCarry(
+    carry = EnvCarry(
         env_state,
         obs,
         jnp.where(done, 0.0, episode_return),
@@ -198,9 +216,9 @@ def _step(
         norm,
         discounted,
         state,
-        done if policy.recurrent else None,
+        done if recurrent else None,
     )
-    return (c, truncations), (out, ended)
+    return carry, ended
 
 
 def _forward(policy: Policy, params: Any, c: EnvCarry, x: Array, key: Array | None) -> tuple[Any, Array, Array]:
