@@ -119,10 +119,8 @@ class FragmentLoop:
             self.T, self.B, self.current_obs[0], worker.policy.distribution, self.out[0].shape[1] - 1
         )
         if self.memory is not None:  # what the learner replays each sequence from
-            self.frag[STATE_FIELD], self.frag[STARTS_FIELD] = (
-                self.memory.fragment_start(),
-                np.empty((self.T, self.B), bool),
-            )
+            self.frag[STATE_FIELD] = self.memory.fragment_start()
+            self.frag[STARTS_FIELD] = np.empty((self.T, self.B), bool)
 
     def forward(self, g: int, obs: np.ndarray) -> Any:
         """Group ``g``'s packed policy outputs on ``obs``, dispatched (not waited for)."""
