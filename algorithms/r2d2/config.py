@@ -8,7 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from jaxflow.config import DeviceConfig, OffPolicyConfig, OptimizerConfig, RolloutConfig
+from jaxflow.algorithms.apex import check_distributed
+from jaxflow.config import DeviceConfig, DistributedReplayConfig, OffPolicyConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, Check, param, require
 
 SEQUENCE_PERIOD = 10
@@ -26,20 +27,21 @@ class R2D2Config(OffPolicyConfig):
     CartPole: 4 + 16 steps per sequence (the paper's 40 + 80), 3-step returns (5), a smaller
     network, buffer and target period."""
 
-    recurrent_modes: ClassVar[tuple[str, ...]] = ("device",)
+    recurrent_modes: ClassVar[tuple[str, ...]] = ("device", "ray")
     loss_fields = ("priority_eta",)
 
     rollout: RolloutConfig = param(
         None, factory=lambda: RolloutConfig(num_workers=1, rollout_fragment_length=SEQUENCE_PERIOD)
     )
     """Device mode steps ``rollout_fragment_length`` (= ``sequence_period``) steps per env
-    between two replay rounds."""
+    between two replay rounds; in Ray mode ``num_workers`` actors (at least one per replay
+    shard), each with its own epsilon, send fragments of that length."""
     device: DeviceConfig = param(None, factory=lambda: DeviceConfig(num_envs=16, iterations_per_call=25))
     """16 environments, each with its own epsilon; 25 fragments (4,000 env steps) per compiled call."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
     """Adam; gradients clipped to 10."""
     env: str = "jaxflow/StatelessCartPole-v1"
-    """Environment id (a JAX env: R2D2 trains in device mode), see `jaxflow list`."""
+    """Environment id, see `jaxflow list` (a JAX env trains in device mode unless ``mode='ray'``)."""
     use_lstm: bool = True
     """R2D2's Q-network is recurrent (always on)."""
     hidden_sizes: tuple[int, ...] = (64,)
@@ -79,14 +81,22 @@ class R2D2Config(OffPolicyConfig):
     """The paper's priority exponent 0.9."""
     prioritized_replay_beta: float = param(0.6, UNIT)
     """The paper's importance-sampling exponent 0.6, kept throughout."""
+    distributed: DistributedReplayConfig = param(None, factory=lambda: DistributedReplayConfig(replay_batch_size=64))
+    """Ray mode: replayed sequences per request (two SGD steps), requests in flight and the
+    learner thread's queues (see :class:`~jaxflow.config.DistributedReplayConfig`)."""
+    max_weight_sync_delay: int = param(400, POSITIVE)
+    """Ray mode: env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
 
     def __post_init__(self) -> None:
         name, length = type(self).__name__, self.burn_in + self.trace_length
-        require(  # before the checks of use_lstm, which would name the LSTM rather than R2D2
-            self.mode != "ray",
-            f"{name}.mode='ray': R2D2 trains in device mode only so far (gymnax/<id> and brax/<name> envs).",
-        )
         super().__post_init__()
+        if self.mode != "device":  # Ray mode's actors, shards and learner thread: Ape-X's
+            check_distributed(self)
+            require(
+                self.num_replay_shards <= self.rollout.num_workers,
+                f"{name}.num_replay_shards ({self.num_replay_shards}) must be at most num_workers "
+                f"({self.rollout.num_workers}): each actor's fragments go to one shard.",
+            )
         require(self.use_lstm, f"{name}.use_lstm=False: R2D2's Q-network is recurrent; leave use_lstm on.")
         require(
             length % self.sequence_period == 0,

@@ -71,7 +71,11 @@ class StoreToReplay(Operator):
     What is stored is the batch's ``replay_rows()``: a fragment's items flattened from
     time-major ``[T, B]`` to ``[T * B]``, or the :class:`~jaxflow.replay.ReplayRows` its
     workers packed (each observation stored once), as they are. The shard is
-    ``shard`` if given, else drawn uniformly by a generator seeded with ``seed``.
+    ``shard`` if given, else drawn uniformly by a generator seeded with ``seed``. With
+    ``by_actor`` (after a gather from actors, which records the actor) actor ``i``'s
+    batches all go to shard ``i % num_shards``, named as their ``source``, one at a time
+    (``max_in_flight=1``), so the shard sees each actor's batches in order: R2D2's
+    sequences run on from one fragment into the next.
 
     At most ``max_in_flight`` stores await the shards' replies (1: each call waits for its
     reply, so counts are exact when it returns); beyond that the producer waits, so a
@@ -92,8 +96,11 @@ class StoreToReplay(Operator):
         seed: int = 0,
         timeout_s: float = 0.0,
         max_in_flight: int = 1,
+        by_actor: bool = False,
     ):
-        self.shards, self.shard, self.timeout_s = shards, shard, timeout_s
+        if by_actor and (shard is not None or max_in_flight != 1):
+            raise ValueError("StoreToReplay(by_actor=True) picks the shard itself and keeps order: max_in_flight=1.")
+        self.shards, self.shard, self.timeout_s, self.by_actor = shards, shard, timeout_s, by_actor
         self._rng = np.random.default_rng(seed)
         self._calls = _ShardCalls(shards, max_in_flight, timeout_s)
 
@@ -104,6 +111,11 @@ class StoreToReplay(Operator):
             ctx.counters[REPLAY_ITEMS_STORED] += added or 0
             ctx.counters[REPLAY_ITEMS_DROPPED] += n - (added or 0)
 
+        if self.by_actor:
+            assert ctx.current_actor is not None, "StoreToReplay(by_actor=True) follows a gather from actors"
+            source = ctx.current_actor[0]
+            self._calls.call(source % self.shards.num_shards, "add", (data, None, self.timeout_s, source), count)
+            return item
         index = self.shard if self.shard is not None else int(self._rng.integers(self.shards.num_shards))
         self._calls.call(index, "add", (data, None, self.timeout_s), count)
         return item
