@@ -113,8 +113,9 @@ def make_limited_replay(config: APEXConfig) -> Any:
     return make_replay(config, r, slack)
 
 
-def plan(workers, learner, config: APEXConfig, replay, importance=beta_schedule, by_actor: bool = False):
-    """Ape-X's dataflow. R2D2 runs it too, with its own ``importance(learner, config)`` (the
+def plan(workers, learner, config: Any, replay, importance=beta_schedule, by_actor: bool = False):
+    """Ape-X's dataflow for a config with Ape-X's fields (:class:`APEXConfig`'s, R2D2's).
+    R2D2 runs it too, with its own ``importance(learner, config)`` (the
     importance-sampling exponent of each replay request) and ``by_actor``: each actor's
     fragments go, in order, to one shard (``StoreToReplay(by_actor=True)``), one request in
     flight per actor, so its sequences run on from fragment to fragment."""

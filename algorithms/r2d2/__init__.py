@@ -32,6 +32,7 @@ from jaxflow.algorithms.r2d2.distributed import (
     fixed_importance,
     make_sequence_replay,
     plan,
+    shard_options,
 )
 from jaxflow.algorithms.r2d2.program import (
     env_epsilons,
@@ -84,5 +85,6 @@ __all__ = [
     "sequence_priorities",
     "sequence_td_errors",
     "sgd_steps_per_fragment",
+    "shard_options",
     "unrescale",
 ]

@@ -52,10 +52,14 @@ class SequenceRing:
     """One shard's sequence ring, a lane per actor routed to it, on this process's CPU
     (:func:`compiled_ring`); ``lengths`` are ``(burn_in, trace_length, sequence_period)``."""
 
-    def __init__(self, example: Mapping[str, Any], capacity: int, alpha: float, lanes: int, lengths: tuple[int, ...]):
+    def __init__(
+        self, example: Mapping[str, Any], capacity: int, alpha: float, lanes: int, lengths: tuple[int, int, int]
+    ):
         self.capacity, self.alpha = capacity, alpha
         self._treedef = jax.tree.structure(example[STATE_FIELD])
-        self.state: SequenceReplayState = sequence_buffer(*lengths).init(example, capacity, lanes=lanes)
+        self._num_leaves = len(jax.tree.leaves(example[STATE_FIELD]))
+        burn_in, trace_length, period = lengths
+        self.state: SequenceReplayState = sequence_buffer(burn_in, trace_length, period, lanes).init(example, capacity)
         self._add, self._sample, self._update = compiled_ring(*lengths)
 
     def __len__(self) -> int:
@@ -91,15 +95,15 @@ class SequenceRing:
 
     def set_state(self, saved: Mapping[str, Any]) -> None:
         """Restores :meth:`get_state`'s output into a ring of the same shapes."""
-        leaves = [saved[f"start_states/{i}"] for i in range(self._treedef.num_leaves)]
+        leaves = [saved[f"start_states/{i}"] for i in range(self._num_leaves)]
         steps = {k: saved[f"steps/{k}"] for k in self.state.steps}
         new = SequenceReplayState(
             steps,
             jax.tree.unflatten(self._treedef, leaves),
             saved["priorities"],
             saved["blocks"],
-            np.int32(saved["size"]),
-            np.float32(saved["max_priority"]),
+            jnp.asarray(saved["size"], jnp.int32),
+            jnp.asarray(saved["max_priority"], jnp.float32),
         )
         shapes = [np.shape(x) for x in jax.tree.leaves(new)]
         if shapes != [x.shape for x in jax.tree.leaves(self.state)]:
@@ -180,10 +184,6 @@ def make_sequence_replay(config: R2D2Config) -> ReplayShards:
     fragments on one of them; with ``samples_per_insert`` a rate limiter in sequences (``spi *
     sequence_period / trace_length`` replays per sequence inserted), the slack one actor's
     fragment after a full replay request."""
-    env = envs.make_cpu(config.env, **config.env_config)
-    obs_space, action_space = env.observation_space, env.action_space
-    env.close()
-    example = example_fragment(config, r2d2_policy(config, obs_space, action_space), obs_space)
     per_sequence = config.samples_per_insert * config.sequence_period / config.trace_length
     slack = per_sequence * config.rollout.num_envs_per_worker + config.distributed.replay_batch_size
     return ReplayShards(
@@ -202,12 +202,20 @@ def make_sequence_replay(config: R2D2Config) -> ReplayShards:
         ),
         placement_timeout_s=config.rollout.placement_timeout_s,
         shard_cls=SequenceShard,
-        shard_options=dict(
-            example=example,
-            num_actors=config.rollout.num_workers,
-            num_shards=config.num_replay_shards,
-            lengths=(config.burn_in, config.trace_length, config.sequence_period),
-        ),
+        shard_options=shard_options(config),
+    )
+
+
+def shard_options(config: R2D2Config) -> dict[str, Any]:
+    """What a :class:`SequenceShard` of ``config``'s run takes besides a shard's own arguments."""
+    env = envs.make_cpu(config.env, **config.env_config)
+    obs_space, action_space = env.observation_space, env.action_space
+    env.close()
+    return dict(
+        example=example_fragment(config, r2d2_policy(config, obs_space, action_space), obs_space),
+        num_actors=config.rollout.num_workers,
+        num_shards=config.num_replay_shards,
+        lengths=(config.burn_in, config.trace_length, config.sequence_period),
     )
 
 

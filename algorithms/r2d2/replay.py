@@ -132,13 +132,13 @@ def update_priorities(state: SequenceReplayState, slots: Array, priorities: Arra
     )
 
 
-def sequence_buffer(burn_in: int, trace_length: int, sequence_period: int) -> ReplayBuffer:
+def sequence_buffer(burn_in: int, trace_length: int, sequence_period: int, lanes: int = 1) -> ReplayBuffer:
     """The buffer's functions for sequences of ``burn_in + trace_length`` steps, one every
-    ``sequence_period`` steps (which divides the length)."""
+    ``sequence_period`` steps (which divides the length), in a ring of ``lanes`` lanes."""
     length = burn_in + trace_length
     blocks = length // sequence_period
     return ReplayBuffer(
-        functools.partial(init, sequence_blocks=blocks),
+        functools.partial(init, sequence_blocks=blocks, lanes=lanes),
         functools.partial(add, sequence_blocks=blocks),
         functools.partial(sample, sequence_length=length),
         update_priorities,
