@@ -23,7 +23,8 @@ class R2D2Config(OffPolicyConfig):
     ``burn_in + trace_length`` steps. As in the paper: priority exponent 0.9, importance
     exponent 0.6 (not annealed), priorities mixing max and mean |TD| with eta = 0.9, value
     rescaling with eps = 1e-3, a dueling LSTM Q-network, double Q-learning with n-step
-    returns, Ape-X's epsilons 0.4^(1 + 7 i / (N - 1)) over the N environments. Scaled to
+    returns, Ape-X's epsilons 0.4^(1 + 7 i / (N - 1)) over the N environments (device mode)
+    or actors (Ray mode: Ape-X's plan, ``distributed``, ``max_weight_sync_delay``). Scaled to
     CartPole: 4 + 16 steps per sequence (the paper's 40 + 80), 3-step returns (5), a smaller
     network, buffer and target period."""
 
@@ -61,7 +62,7 @@ class R2D2Config(OffPolicyConfig):
     value_rescaling_eps: float = param(1e-3, POSITIVE)
     """eps in ``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``."""
     worker_epsilon_base: float = param(0.4, UNIT)
-    """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))`` over the N environments."""
+    """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))`` over the N environments (Ray mode: actors)."""
     worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
     """alpha in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
     n_step: int = param(3, POSITIVE)
@@ -71,10 +72,11 @@ class R2D2Config(OffPolicyConfig):
     buffer_size: int = param(4_000, POSITIVE)
     """Sequences kept (the oldest are overwritten)."""
     learning_starts: int = param(200, NON_NEGATIVE)
-    """Sequences in the buffer before replay starts."""
+    """Sequences in the buffer (Ray mode: in each shard) before replay starts."""
     samples_per_insert: float = param(32.0, POSITIVE)
     """Replay ratio: trained steps (``trace_length`` per sequence) per env step sampled; 32
-    makes 10 SGD steps of 32 sequences per fragment of 16 envs x 10 steps."""
+    makes 10 SGD steps of 32 sequences per fragment of 16 envs x 10 steps. In Ray mode the
+    shards' rate limiter holds the learner to it (the actors are never held back)."""
     target_update_period: int = param(100, POSITIVE)
     """SGD steps between two copies of the target network (the paper's 2500)."""
     prioritized_replay_alpha: float = param(0.9, NON_NEGATIVE)
@@ -90,13 +92,8 @@ class R2D2Config(OffPolicyConfig):
     def __post_init__(self) -> None:
         name, length = type(self).__name__, self.burn_in + self.trace_length
         super().__post_init__()
-        if self.mode != "device":  # Ray mode's actors, shards and learner thread: Ape-X's
-            check_distributed(self)
-            require(
-                self.num_replay_shards <= self.rollout.num_workers,
-                f"{name}.num_replay_shards ({self.num_replay_shards}) must be at most num_workers "
-                f"({self.rollout.num_workers}): each actor's fragments go to one shard.",
-            )
+        if self.mode == "ray":  # "auto" is checked once it resolves to Ray mode (make_sequence_replay)
+            check_ray_mode(self)
         require(self.use_lstm, f"{name}.use_lstm=False: R2D2's Q-network is recurrent; leave use_lstm on.")
         require(
             length % self.sequence_period == 0,
@@ -115,3 +112,13 @@ class R2D2Config(OffPolicyConfig):
         require(
             self.model is None, f"{name}.model: R2D2 builds its own LSTM Q-network; model={self.model!r} is not taken."
         )
+
+
+def check_ray_mode(config: R2D2Config) -> None:
+    """What Ray mode needs: Ape-X's (``check_distributed``), and an actor for every shard."""
+    check_distributed(config)
+    require(
+        config.num_replay_shards <= config.rollout.num_workers,
+        f"{type(config).__name__}.num_replay_shards ({config.num_replay_shards}) must be at most num_workers "
+        f"({config.rollout.num_workers}): each actor's fragments go to one shard.",
+    )

@@ -25,7 +25,7 @@ import numpy as np
 
 from jaxflow import Placement, ReplayShards, envs
 from jaxflow.algorithms.apex import plan as apex_plan
-from jaxflow.algorithms.r2d2.config import R2D2Config
+from jaxflow.algorithms.r2d2.config import R2D2Config, check_ray_mode
 from jaxflow.algorithms.r2d2.program import STORED_FIELDS, r2d2_policy
 from jaxflow.algorithms.r2d2.replay import SequenceReplayState, sequence_buffer
 from jaxflow.policies import Policy
@@ -184,6 +184,7 @@ def make_sequence_replay(config: R2D2Config) -> ReplayShards:
     fragments on one of them; with ``samples_per_insert`` a rate limiter in sequences (``spi *
     sequence_period / trace_length`` replays per sequence inserted), the slack one actor's
     fragment after a full replay request."""
+    check_ray_mode(config)  # again for mode='auto', which chose Ray mode
     per_sequence = config.samples_per_insert * config.sequence_period / config.trace_length
     slack = per_sequence * config.rollout.num_envs_per_worker + config.distributed.replay_batch_size
     return ReplayShards(
