@@ -36,21 +36,34 @@ SEED_BOUND = 2**31
 """Sampling keys are drawn below this from the shard's checkpointed numpy generator."""
 
 
+def forget(state: SequenceReplayState, lane: Any, block: Any, width: int) -> SequenceReplayState:
+    """The ring with the sequences of the lane's ``width`` envs starting at ``block`` never
+    sampled (priority 0): they run across a break in the lane's stream of fragments."""
+    zeros = jnp.zeros((1, width), state.priorities.dtype)
+    return state._replace(priorities=jax.lax.dynamic_update_slice(state.priorities, zeros, (block, lane * width)))
+
+
 @functools.cache
-def compiled_ring(burn_in: int, trace_length: int, sequence_period: int) -> tuple[Any, Any, Any]:
-    """``add``, ``sample`` and ``update_priorities`` of the ring, jitted once per process and
-    sequence shape (the state donated to ``add`` and ``update_priorities``: written in place)."""
+def compiled_ring(burn_in: int, trace_length: int, sequence_period: int) -> tuple[Any, Any, Any, Any]:
+    """``add``, ``sample``, ``update_priorities`` and :func:`forget` of the ring, jitted once per
+    process and sequence shape (the state donated to the changes: written in place)."""
     functions = sequence_buffer(burn_in, trace_length, sequence_period)
     return (
         jax.jit(functions.add, donate_argnums=0),
         jax.jit(functions.sample, static_argnums=2),
         jax.jit(functions.update_priorities, donate_argnums=0),
+        jax.jit(forget, donate_argnums=0, static_argnums=3),
     )
 
 
 class SequenceRing:
     """One shard's sequence ring, a lane per actor routed to it, on this process's CPU
-    (:func:`compiled_ring`); ``lengths`` are ``(burn_in, trace_length, sequence_period)``."""
+    (:func:`compiled_ring`); ``lengths`` are ``(burn_in, trace_length, sequence_period)``.
+
+    After a break in a lane's stream (:meth:`break_off`: its actor was replaced, or the ring
+    was restored from a checkpoint while actors went on) the ``k - 1`` sequences its next
+    fragments complete would join steps that never followed each other (an n-step return
+    summed across them): they enter with priority 0, never sampled."""
 
     def __init__(
         self, example: Mapping[str, Any], capacity: int, alpha: float, lanes: int, lengths: tuple[int, int, int]
@@ -60,7 +73,9 @@ class SequenceRing:
         self._num_leaves = len(jax.tree.leaves(example[STATE_FIELD]))
         burn_in, trace_length, period = lengths
         self.state: SequenceReplayState = sequence_buffer(burn_in, trace_length, period, lanes).init(example, capacity)
-        self._add, self._sample, self._update = compiled_ring(*lengths)
+        self._add, self._sample, self._update, self._forget = compiled_ring(*lengths)
+        self._spanning = (burn_in + trace_length) // period - 1  # sequences that span a break, per lane
+        self._breaks = np.zeros(lanes, int)  # sequences still to complete across a break, per lane
 
     def __len__(self) -> int:
         return int(self.state.size)
@@ -70,7 +85,16 @@ class SequenceRing:
         return sum(x.nbytes for x in jax.tree.leaves(self.state))
 
     def add(self, fragment: Mapping[str, Any], lane: int) -> None:
+        num_blocks, width = self.state.priorities.shape[0], np.shape(fragment["actions"])[1]
+        complete = (int(self.state.blocks[lane]) - self._spanning) % num_blocks  # the sequence this add completes
         self.state = self._add(self.state, fragment, self.alpha, lane)
+        if self._breaks[lane]:
+            self.state = self._forget(self.state, lane, complete, width)
+            self._breaks[lane] -= 1
+
+    def break_off(self, lane: int | None = None) -> None:
+        """The stream of ``lane``'s fragments (None: every lane's) breaks off here."""
+        self._breaks[slice(None) if lane is None else lane] = self._spanning
 
     def sample(self, batch_size: int, key: jax.Array, beta: float) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
         return jax.device_get(self._sample(self.state, key, batch_size, beta))
@@ -142,6 +166,7 @@ class SequenceShard(ReplayShard):
         if not 0 <= index < num_shards <= num_actors:
             raise ValueError(f"shard {index} of {num_shards} for {num_actors} actors: each shard needs an actor.")
         self.num_shards = num_shards
+        self._replaced: dict[int, int] = {}  # per lane: how many times its actor was replaced
         self._ring_args = (example, len(range(index, num_actors, num_shards)), lengths)
         super().__init__(capacity, alpha, seed, index, samples_per_insert, min_size_to_sample, error_buffer, generation)
 
@@ -155,14 +180,29 @@ class SequenceShard(ReplayShard):
     def _items(self, batch: Mapping[str, Any]) -> int:
         return int(np.shape(batch["actions"])[1])  # one sequence starts per env per fragment
 
-    def _store(self, batch: Mapping[str, Any], priorities: np.ndarray | None, source: int | None) -> np.ndarray:
-        if source is None or source % self.num_shards != self.index:
+    def _store(
+        self, batch: Mapping[str, Any], priorities: np.ndarray | None, source: tuple[int, int] | None
+    ) -> np.ndarray:
+        actor, replaced = source if source is not None else (None, 0)
+        if actor is None or actor % self.num_shards != self.index:
             raise ValueError(
-                f"sequence shard {self.index}: a fragment from actor {source}; actor i's fragments go to shard "
+                f"sequence shard {self.index}: a fragment from actor {actor}; actor i's fragments go to shard "
                 f"i % {self.num_shards} (StoreToReplay(by_actor=True))"
             )
-        self._buffer.add(batch, source // self.num_shards)
+        lane = actor // self.num_shards
+        if self._replaced.setdefault(lane, replaced) != replaced:  # a new actor: its envs started afresh
+            self._buffer.break_off(lane)
+            self._replaced[lane] = replaced
+        self._buffer.add(batch, lane)
         return np.zeros(0, np.int64)
+
+    def set_state(self, state: Mapping[str, Any]) -> None:
+        """:meth:`ReplayShard.set_state`; every lane's stream breaks off there (the actors
+        did not stop where the checkpoint did)."""
+        super().set_state(state)
+        with self._cond:
+            self._buffer.break_off()
+            self._replaced.clear()
 
     def _draw(self, batch_size: int, beta: float) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
         key = jax.random.PRNGKey(int(self._rng.integers(SEED_BOUND)))

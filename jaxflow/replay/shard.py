@@ -163,7 +163,9 @@ class ReplayShard:
         """The items ``batch`` brings, what the rate limiter counts: its leading axis."""
         return len(next(iter(batch.values()))) if batch else 0
 
-    def _store(self, batch: Mapping[str, Any], priorities: np.ndarray | None, source: int | None) -> np.ndarray:
+    def _store(
+        self, batch: Mapping[str, Any], priorities: np.ndarray | None, source: tuple[int, int] | None
+    ) -> np.ndarray:
         """Writes ``batch`` into the store; returns its slots. One ring holds every source's items."""
         return self._buffer.add(batch, priorities)
 
@@ -179,7 +181,7 @@ class ReplayShard:
         batch: Mapping[str, np.ndarray] | ReplayRows,
         priorities: np.ndarray | None = None,
         timeout_s: float = 0.0,
-        source: int | None = None,
+        source: tuple[int, int] | None = None,
     ) -> int:
         """Stores ``batch`` if the limiter admits it; returns the number of items stored,
         or 0 if it was not admitted within ``timeout_s`` seconds (nothing is stored then).
@@ -187,7 +189,7 @@ class ReplayShard:
         ``batch`` is ``{field: [n, ...]}`` (n items), or :class:`ReplayRows` packed by a
         worker, whose transitions are then the items (frame-only rows are not counted)
         and are rebuilt into ``obs``/``next_obs`` when sampled. A shard holds one kind.
-        ``source`` is the actor the batch came from, where the caller routes by actor
+        ``source`` is ``(actor, times replaced)`` where the caller routes by actor
         (``StoreToReplay(by_actor=True)``): a shard keeping one ring per actor reads it.
         """
         if isinstance(batch, ReplayRows):

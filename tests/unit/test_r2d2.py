@@ -274,17 +274,18 @@ def test_ray_shard_keeps_each_actors_sequences_as_the_device_ring_does_and_sampl
     4 steps every 2, room for 8 sequences: 3 blocks per env). Their fragments, interleaved,
     give per lane what the device ring gives that actor alone; sampled sequences are the
     actor's consecutive steps from the state at their first step, drawn over both lanes in
-    proportion to their priorities (tolerance 4 binomial standard deviations)."""
+    proportion to their priorities (tolerance 4 binomial standard deviations). Sequences across
+    a break in an actor's stream (a restore, a replaced actor) are never sampled."""
     shard = r2d2.SequenceShard(
         8, 1.0, 0, 1, example=actor_fragment(0, 0), num_actors=4, num_shards=2, lengths=(1, 3, 2)
     )
     ring = r2d2.sequence_buffer(burn_in=1, trace_length=3, sequence_period=2)
     alone, add = {a: ring.init(actor_fragment(a, 0), 4) for a in (1, 3)}, jax.jit(ring.add)
     for actor, i in [(1, 0), (3, 0), (1, 1), (1, 2), (3, 1), (1, 3)]:
-        assert shard.add(actor_fragment(actor, i), source=actor) == 2
+        assert shard.add(actor_fragment(actor, i), source=(actor, 0)) == 2
         alone[actor] = add(alone[actor], actor_fragment(actor, i), 1.0)
     with pytest.raises(ValueError, match="actor i's fragments go to shard i % 2"):
-        shard.add(actor_fragment(2, 0), source=2)
+        shard.add(actor_fragment(2, 0), source=(2, 0))
     saved = shard.get_state()["buffer"]
     for lane, actor in enumerate((1, 3)):
         cols = slice(2 * lane, 2 * lane + 2)
@@ -317,3 +318,16 @@ def test_ray_shard_keeps_each_actors_sequences_as_the_device_ring_does_and_sampl
     a, b = shard.sample(256, beta=0.5), restored.sample(256, beta=0.5)
     np.testing.assert_array_equal(a.indices, b.indices)
     np.testing.assert_array_equal(a.data["obs"], b.data["obs"])
+
+    # Actor 1's fragment 4 completes the sequence of fragments 3-4 (ring block 0, columns 0-1):
+    # sampled in the shard that saw fragment 3 come, never in the restored one (its actors did
+    # not stop at the checkpoint); the next fragment's sequence is whole again. A replaced actor
+    # 3 (its envs started afresh) breaks its lane the same way (fragment 2: block 1, columns 2-3).
+    def completed(s, actor, i, replaced, block, cols):
+        s.add(actor_fragment(actor, i), source=(actor, replaced))
+        return s.get_state()["buffer"]["priorities"][block, cols]
+
+    assert (completed(shard, 1, 4, 0, 0, slice(0, 2)) > 0).all()
+    assert (completed(restored, 1, 4, 0, 0, slice(0, 2)) == 0).all()
+    assert (completed(restored, 1, 5, 0, 1, slice(0, 2)) > 0).all()
+    assert (completed(shard, 3, 2, 1, 1, slice(2, 4)) == 0).all()
