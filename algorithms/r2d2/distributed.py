@@ -8,8 +8,8 @@ Actor ``i``'s fragments all go to shard ``i % S`` (``StoreToReplay(by_actor=True
 order, where they fill lane ``i // S`` of the shard's ring: each step is stored once, and a
 sequence runs on from one of the actor's fragments into the next as in device mode.
 Sampling and priorities see all the shard's lanes as one ring, so sequences are drawn in
-proportion to their priorities over the whole shard. The rate limiter counts sequences:
-one per env per fragment inserted, one per sequence replayed.
+proportion to their priorities over the whole shard. The rate limiter weighs the env steps
+inserted (each stored once) against the sequences replayed.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ class SequenceShard(ReplayShard):
         return True
 
     def _items(self, batch: Mapping[str, Any]) -> int:
-        return int(np.shape(batch["actions"])[1])  # one sequence starts per env per fragment
+        return int(np.prod(np.shape(batch["actions"])))  # the fragment's env steps, each stored once
 
     def _store(
         self, batch: Mapping[str, Any], priorities: np.ndarray | None, source: tuple[int, int] | None
@@ -221,18 +221,19 @@ def example_fragment(config: R2D2Config, policy: Policy, obs_space: gymnasium.Sp
 
 def make_sequence_replay(config: R2D2Config) -> ReplayShards:
     """``num_replay_shards`` sequence shards splitting ``buffer_size`` sequences, each actor's
-    fragments on one of them; with ``samples_per_insert`` a rate limiter in sequences (``spi *
-    sequence_period / trace_length`` replays per sequence inserted), the slack one actor's
-    fragment after a full replay request."""
+    fragments on one of them; a rate limiter holding the learner to ``samples_per_insert``
+    trained steps per env step (``spi / trace_length`` sequences replayed per env step
+    inserted), the slack one actor's fragment after a full replay request."""
     check_ray_mode(config)  # again for mode='auto', which chose Ray mode
-    per_sequence = config.samples_per_insert * config.sequence_period / config.trace_length
-    slack = per_sequence * config.rollout.num_envs_per_worker + config.distributed.replay_batch_size
+    per_step = config.samples_per_insert / config.trace_length  # sequences replayed per env step
+    fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
+    slack = per_step * fragment + config.distributed.replay_batch_size
     return ReplayShards(
         config.num_replay_shards,
         capacity=config.replay_shard_capacity,
         alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
         seed=config.seed,
-        samples_per_insert=per_sequence,
+        samples_per_insert=per_step,
         min_size_to_sample=max(1, config.learning_starts),
         error_buffer=slack,
         on_failure="restart" if config.rollout.on_worker_failure == "restart" else "raise",

@@ -282,7 +282,7 @@ def test_ray_shard_keeps_each_actors_sequences_as_the_device_ring_does_and_sampl
     ring = r2d2.sequence_buffer(burn_in=1, trace_length=3, sequence_period=2)
     alone, add = {a: ring.init(actor_fragment(a, 0), 4) for a in (1, 3)}, jax.jit(ring.add)
     for actor, i in [(1, 0), (3, 0), (1, 1), (1, 2), (3, 1), (1, 3)]:
-        assert shard.add(actor_fragment(actor, i), source=(actor, 0)) == 2
+        assert shard.add(actor_fragment(actor, i), source=(actor, 0)) == 4  # its 2 x 2 steps
         alone[actor] = add(alone[actor], actor_fragment(actor, i), 1.0)
     with pytest.raises(ValueError, match="actor i's fragments go to shard i % 2"):
         shard.add(actor_fragment(2, 0), source=(2, 0))
