@@ -331,3 +331,26 @@ def test_ray_shard_keeps_each_actors_sequences_as_the_device_ring_does_and_sampl
     assert (completed(restored, 1, 4, 0, 0, slice(0, 2)) == 0).all()
     assert (completed(restored, 1, 5, 0, 1, slice(0, 2)) > 0).all()
     assert (completed(shard, 3, 2, 1, 1, slice(2, 4)) == 0).all()
+
+
+def test_store_to_replay_by_actor_counts_a_replaced_actor_as_a_break_in_its_lane():
+    """``StoreToReplay(by_actor=True)`` names each fragment's actor and how many times its
+    handle changed: a new handle (a restarted worker) makes the sequence its next fragment
+    completes unsampleable, while the same handle's fragments join into whole sequences."""
+    from jaxflow import LocalReplay, StoreToReplay
+    from jaxflow.ops.metrics import Context
+    from jaxflow.rollout.batch import SampleBatch
+
+    replay = LocalReplay(8)
+    replay.shard = r2d2.SequenceShard(
+        8, 1.0, example=actor_fragment(0, 0), num_actors=1, num_shards=1, lengths=(1, 3, 2)
+    )
+    store, ctx = StoreToReplay(replay, by_actor=True), Context()
+    completed = []
+    for i, handle in enumerate(["worker", "worker", "worker", "restarted worker"]):
+        ctx.current_actor = (0, handle)
+        store(SampleBatch(actor_fragment(0, i), 4, np.zeros(0), np.zeros(0), 0), ctx)
+        blocks, priorities = (replay.shard.get_state()["buffer"][k] for k in ("blocks", "priorities"))
+        completed.append(priorities[(int(blocks[0]) - 2) % len(priorities)].tolist())  # the sequence just completed
+    assert completed == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]  # fragment 0 completes none
+    assert ctx.counters["replay_items_stored"] == 16 and ctx.counters["replay_items_dropped"] == 0
