@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from jaxflow import envs
 from jaxflow.algorithms.apex import check_distributed
 from jaxflow.config import DeviceConfig, DistributedReplayConfig, OffPolicyConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, Check, param, require
@@ -92,7 +93,7 @@ class R2D2Config(OffPolicyConfig):
     def __post_init__(self) -> None:
         name, length = type(self).__name__, self.burn_in + self.trace_length
         super().__post_init__()
-        if self.mode == "ray":  # "auto" is checked once it resolves to Ray mode (make_sequence_replay)
+        if self.mode == "ray" or (self.mode == "auto" and not on_device(self.env)):
             check_ray_mode(self)
         require(self.use_lstm, f"{name}.use_lstm=False: R2D2's Q-network is recurrent; leave use_lstm on.")
         require(
@@ -112,6 +113,15 @@ class R2D2Config(OffPolicyConfig):
         require(
             self.model is None, f"{name}.model: R2D2 builds its own LSTM Q-network; model={self.model!r} is not taken."
         )
+
+
+def on_device(env: str) -> bool:
+    """Whether mode 'auto' trains ``env`` in device mode: a JAX env (an unknown id counts as
+    one here, refused as unknown once the run looks it up)."""
+    try:
+        return envs.entry(env).kind in envs.JAX_KINDS
+    except envs.UnknownEnvError:
+        return True
 
 
 def check_ray_mode(config: R2D2Config) -> None:

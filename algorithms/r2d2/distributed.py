@@ -25,7 +25,7 @@ import numpy as np
 
 from jaxflow import Placement, ReplayShards, envs
 from jaxflow.algorithms.apex import plan as apex_plan
-from jaxflow.algorithms.r2d2.config import R2D2Config, check_ray_mode
+from jaxflow.algorithms.r2d2.config import R2D2Config
 from jaxflow.algorithms.r2d2.program import STORED_FIELDS, r2d2_policy
 from jaxflow.algorithms.r2d2.replay import SequenceReplayState, sequence_buffer
 from jaxflow.policies import Policy
@@ -224,7 +224,6 @@ def make_sequence_replay(config: R2D2Config) -> ReplayShards:
     fragments on one of them; a rate limiter holding the learner to ``samples_per_insert``
     trained steps per env step (``spi / trace_length`` sequences replayed per env step
     inserted), the slack one actor's fragment after a full replay request."""
-    check_ray_mode(config)  # again for mode='auto', which chose Ray mode
     per_step = config.samples_per_insert / config.trace_length  # sequences replayed per env step
     fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
     slack = per_step * fragment + config.distributed.replay_batch_size

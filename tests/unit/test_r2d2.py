@@ -220,7 +220,7 @@ def test_sequence_replay_stores_each_step_once_with_overlapping_sequences_and_th
         ({"use_lstm": False}, "R2D2's Q-network is recurrent"),
         ({"mode": "ray", "num_workers": 0}, "R2D2Config.num_workers must be >= 1"),
         (
-            {"mode": "ray", "num_workers": 2, "num_replay_shards": 3},
+            {"env": "CartPole-v1", "num_workers": 2, "num_replay_shards": 3},  # mode 'auto': Ray mode
             r"num_replay_shards \(3\) must be at most num_workers",
         ),
         ({"mode": "ray", "replay_batch_size": 48}, r"replay_batch_size \(48\) must be a multiple of train_batch_size"),
