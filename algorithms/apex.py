@@ -113,18 +113,24 @@ def make_limited_replay(config: APEXConfig) -> Any:
     return make_replay(config, r, slack)
 
 
-def plan(workers, learner, config: APEXConfig, replay):
+def plan(workers, learner, config: Any, replay, importance=beta_schedule, by_actor: bool = False):
+    """Ape-X's dataflow for a config with Ape-X's fields (:class:`APEXConfig`'s, R2D2's).
+    R2D2 runs it too, with its own ``importance(learner, config)`` (the
+    importance-sampling exponent of each replay request) and ``by_actor``: each actor's
+    fragments go, in order, to one shard (``StoreToReplay(by_actor=True)``), one request in
+    flight per actor, so its sequences run on from fragment to fragment."""
     d = config.distributed
     thread = learner.start_thread(inqueue_size=d.learner_queue_size, outqueue_size=d.learner_queue_size)
-    # (1) actors sample asynchronously into random shards and fetch new weights every so often
+    # (1) actors sample asynchronously into random shards (or each into its own) and fetch new weights every so often
+    store_op = StoreToReplay(replay, seed=config.seed, max_in_flight=1 if by_actor else 4, by_actor=by_actor)
     store = (
-        ParallelRollouts(workers, mode="async", num_async=d.rollouts_num_async)
-        .for_each(StoreToReplay(replay, seed=config.seed, max_in_flight=4))
+        ParallelRollouts(workers, mode="async", num_async=1 if by_actor else d.rollouts_num_async)
+        .for_each(store_op)
         .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay))
     )
     # (2) replayed batches from every shard go to the learner's devices ahead of the learner thread
     replayed = ParallelReplay(
-        replay, d.replay_batch_size, beta=beta_schedule(learner, config), num_async=d.replay_num_async
+        replay, d.replay_batch_size, beta=importance(learner, config), num_async=d.replay_num_async
     )
     feed = ToDevice(replayed, learner).for_each(Enqueue(thread))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags

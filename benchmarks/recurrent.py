@@ -1,4 +1,5 @@
-"""Recurrent against feed-forward PPO: env steps per second of each on the same task and settings.
+"""Recurrent against feed-forward PPO: env steps per second of each on the same task and settings;
+R2D2's sampled and trained steps per second in Ray mode with 1 and 2 actors.
 
 A runner is one way of training a policy (so far PPO in device mode on
 ``jaxflow/StatelessCartPole-v1``); each trains the same config twice, with ``use_lstm`` on
@@ -7,7 +8,12 @@ trains ``--warmup`` untimed calls (the first compiles), then times ``--calls`` m
 and CPU seconds of this process. Recurrent and feed-forward runs take turns (``--repeats``
 pairs, the order swapped every pair), so a drift in the machine's load touches both alike.
 Reported per runner: the median env steps/s of each and the time per env step of the
-recurrent policy over the feed-forward one's (the issue's aim: at most 1.5). Writes
+recurrent policy over the feed-forward one's (the issue's aim: at most 1.5).
+
+R2D2 (Ray mode, each actor on its own replay shard, the learner thread on Ape-X's plan):
+for each of ``--r2d2-actors``, ``--warmup`` untimed iterations, then ``--calls`` timed ones;
+env steps sampled per second, and steps trained per second (replayed sequences times
+``trace_length``: the steps the loss trains on, burn-in not counted). Writes
 ``results/recurrent.json``, ``.md`` and ``.png``.
 
     .venv/bin/python benchmarks/recurrent.py            # lstm 128, 3 pairs of runs
@@ -77,6 +83,47 @@ RUNNERS = [Runner("PPO, device mode", device_ppo)]
 """What is compared; Ray mode's recurrent workers and IMPALA's recurrent learner join here as runners."""
 
 
+def r2d2_rates(actors: int, args: Any) -> dict[str, Any]:
+    """R2D2 in Ray mode with ``actors`` actors and as many shards: sampled and trained steps per wall second."""
+    algo = Algorithm.build(
+        "R2D2",
+        env=TASK,
+        mode="ray",
+        num_workers=actors,
+        num_replay_shards=actors,
+        num_envs_per_worker=args.r2d2_envs,
+        lstm_size=args.lstm_size,
+        hidden_sizes=tuple(args.hidden_sizes),
+        min_env_steps_per_iteration=args.r2d2_steps,
+    )
+    try:
+        for _ in range(args.warmup):
+            algo.train()
+        start = algo.train()
+        wall = time.perf_counter()
+        for _ in range(args.calls):
+            result = algo.train()
+        wall = time.perf_counter() - wall
+        sampled = result["env_steps_sampled"] - start["env_steps_sampled"]
+        sequences = result["env_steps_trained"] - start["env_steps_trained"]  # replayed items: sequences
+        trained = sequences * algo.config.trace_length
+        log(f"R2D2, {actors} actor(s): {sampled / wall:,.0f} steps sampled/s, {trained / wall:,.0f} trained/s")
+        return {"actors": actors, "sampled_per_s": sampled / wall, "trained_per_s": trained / wall, "wall_s": wall}
+    finally:
+        algo.stop()
+
+
+def r2d2_table(rows: list[dict[str, Any]], args: Any) -> str:
+    lines = [
+        f"# R2D2 in Ray mode on {TASK}: {args.r2d2_envs} envs per actor, one shard per actor",
+        "",
+        "| actors | env steps sampled/s | steps trained/s |",
+        "|---:|---:|---:|",
+    ]
+    lines += [f"| {r['actors']} | {r['sampled_per_s']:,.0f} | {r['trained_per_s']:,.0f} |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
 def parse_args() -> Any:
     p = argument_parser(__doc__)
     p.add_argument("--lstm-size", type=int, default=128)
@@ -88,6 +135,9 @@ def parse_args() -> Any:
     p.add_argument("--warmup", type=int, default=1, help="untimed calls (the first compiles)")
     p.add_argument("--calls", type=int, default=5, help="timed calls per run")
     p.add_argument("--repeats", type=int, default=3, help="pairs of runs (recurrent and feed-forward)")
+    p.add_argument("--r2d2-actors", type=int, nargs="*", default=[1, 2], help="R2D2's actor counts (none: skip)")
+    p.add_argument("--r2d2-envs", type=int, default=8, help="envs per R2D2 actor")
+    p.add_argument("--r2d2-steps", type=int, default=2_000, help="env steps per R2D2 iteration")
     p.add_argument("--quick", action="store_true", help="1 pair, 2 timed calls")
     p.add_argument("--out-dir", default=RESULTS_DIR, help="where recurrent.json, .md and .png go")
     args = p.parse_args()
@@ -141,8 +191,10 @@ def main() -> None:
     args = parse_args()
     machine = machine_info()
     rows = [measure(runner, args) for runner in RUNNERS]
-    report = {"args": vars(args), "machine": machine, "load_average_at_end": list(os.getloadavg()), "runners": rows}
-    write_report(args.out_dir, "recurrent", report, table(rows, args))
+    r2d2 = [r2d2_rates(n, args) for n in args.r2d2_actors]
+    report = {"args": vars(args), "machine": machine, "runners": rows, "r2d2": r2d2}
+    report["load_average_at_end"] = list(os.getloadavg())
+    write_report(args.out_dir, "recurrent", report, table(rows, args) + ("\n" + r2d2_table(r2d2, args) if r2d2 else ""))
     save_figure(_figure(rows), os.path.join(args.out_dir, "recurrent.png"))
 
 

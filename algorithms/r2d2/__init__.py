@@ -3,15 +3,17 @@ Learning"): a recurrent, dueling Q-network trained on stored, overlapping sequen
 recurrent state at each start and a burn-in, n-step double Q-learning with value rescaling,
 and sequence priorities mixing the max and mean |TD error|.
 
-A folder of named parts: ``config``, ``core`` (value rescaling, TD errors, priorities, loss),
-``replay`` (the on-device sequence replay), ``program`` (device mode: the policy, Ape-X's
-epsilons per env, the replay settings). Device mode only so far; the loss and priorities
-are written for a Ray-mode learner too.
+A folder of named parts: ``config``, ``core`` (value rescaling, TD errors, priorities, loss:
+one learner step, which both modes train with), ``replay`` (the sequence ring as pure JAX
+functions, lanes for Ray mode's actors), ``program`` (device mode: the policy, Ape-X's
+epsilons per env, the replay settings), ``distributed`` (Ray mode: actors with Ape-X's
+epsilons per actor, replay shards holding the sequence ring, Ape-X's plan).
 """
 
 from __future__ import annotations
 
-from jaxflow import AlgorithmSpec, DeviceSpec, LearnerHooks, RunHooks, register_algorithm
+from jaxflow import AlgorithmSpec, DeviceSpec, LearnerHooks, RunHooks, WorkerHooks, register_algorithm
+from jaxflow.algorithms.apex import explore
 from jaxflow.algorithms.r2d2.config import R2D2Config
 from jaxflow.algorithms.r2d2.core import (
     burned_in,
@@ -21,6 +23,16 @@ from jaxflow.algorithms.r2d2.core import (
     sequence_priorities,
     sequence_td_errors,
     unrescale,
+)
+from jaxflow.algorithms.r2d2.distributed import (
+    SequenceRing,
+    SequenceShard,
+    encode,
+    example_fragment,
+    fixed_importance,
+    make_sequence_replay,
+    plan,
+    shard_options,
 )
 from jaxflow.algorithms.r2d2.program import (
     env_epsilons,
@@ -37,11 +49,15 @@ R2D2 = register_algorithm(
         "R2D2",
         R2D2Config,
         loss,
-        None,  # no Ray-mode plan yet: R2D2Config refuses mode='ray', resolve_mode a non-JAX env
+        plan,
         policy=r2d2_policy,
         action_spaces=("Discrete",),  # one Q-value per action
         learner=LearnerHooks(sgd=lambda c: (1, c.train_batch_size), target_network=True),
-        run=RunHooks(device=DeviceSpec(act=explore_on_device, prepare=fragment, replay=replay_on_device)),
+        workers=WorkerHooks(explore=explore, encode=encode),  # Ape-X's epsilon per actor
+        run=RunHooks(
+            replay=make_sequence_replay,
+            device=DeviceSpec(act=explore_on_device, prepare=fragment, replay=replay_on_device),
+        ),
     )
 )
 
@@ -49,11 +65,18 @@ __all__ = [
     "R2D2",
     "R2D2Config",
     "SequenceReplayState",
+    "SequenceRing",
+    "SequenceShard",
     "burned_in",
+    "encode",
     "env_epsilons",
+    "example_fragment",
     "explore_on_device",
+    "fixed_importance",
     "fragment",
     "loss",
+    "make_sequence_replay",
+    "plan",
     "r2d2_policy",
     "replay_on_device",
     "rescale",
@@ -62,5 +85,6 @@ __all__ = [
     "sequence_priorities",
     "sequence_td_errors",
     "sgd_steps_per_fragment",
+    "shard_options",
     "unrescale",
 ]

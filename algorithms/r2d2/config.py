@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from jaxflow.config import DeviceConfig, OffPolicyConfig, OptimizerConfig, RolloutConfig
+from jaxflow import envs
+from jaxflow.algorithms.apex import check_distributed
+from jaxflow.config import DeviceConfig, DistributedReplayConfig, OffPolicyConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, Check, param, require
 
 SEQUENCE_PERIOD = 10
@@ -22,24 +24,26 @@ class R2D2Config(OffPolicyConfig):
     ``burn_in + trace_length`` steps. As in the paper: priority exponent 0.9, importance
     exponent 0.6 (not annealed), priorities mixing max and mean |TD| with eta = 0.9, value
     rescaling with eps = 1e-3, a dueling LSTM Q-network, double Q-learning with n-step
-    returns, Ape-X's epsilons 0.4^(1 + 7 i / (N - 1)) over the N environments. Scaled to
+    returns, Ape-X's epsilons 0.4^(1 + 7 i / (N - 1)) over the N environments (device mode)
+    or actors (Ray mode: Ape-X's plan, ``distributed``, ``max_weight_sync_delay``). Scaled to
     CartPole: 4 + 16 steps per sequence (the paper's 40 + 80), 3-step returns (5), a smaller
     network, buffer and target period."""
 
-    recurrent_modes: ClassVar[tuple[str, ...]] = ("device",)
+    recurrent_modes: ClassVar[tuple[str, ...]] = ("device", "ray")
     loss_fields = ("priority_eta",)
 
     rollout: RolloutConfig = param(
         None, factory=lambda: RolloutConfig(num_workers=1, rollout_fragment_length=SEQUENCE_PERIOD)
     )
     """Device mode steps ``rollout_fragment_length`` (= ``sequence_period``) steps per env
-    between two replay rounds."""
+    between two replay rounds; in Ray mode ``num_workers`` actors (at least one per replay
+    shard), each with its own epsilon, send fragments of that length."""
     device: DeviceConfig = param(None, factory=lambda: DeviceConfig(num_envs=16, iterations_per_call=25))
     """16 environments, each with its own epsilon; 25 fragments (4,000 env steps) per compiled call."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
     """Adam; gradients clipped to 10."""
     env: str = "jaxflow/StatelessCartPole-v1"
-    """Environment id (a JAX env: R2D2 trains in device mode), see `jaxflow list`."""
+    """Environment id, see `jaxflow list` (a JAX env trains in device mode unless ``mode='ray'``)."""
     use_lstm: bool = True
     """R2D2's Q-network is recurrent (always on)."""
     hidden_sizes: tuple[int, ...] = (64,)
@@ -59,7 +63,7 @@ class R2D2Config(OffPolicyConfig):
     value_rescaling_eps: float = param(1e-3, POSITIVE)
     """eps in ``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``."""
     worker_epsilon_base: float = param(0.4, UNIT)
-    """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))`` over the N environments."""
+    """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))`` over the N environments (Ray mode: actors)."""
     worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
     """alpha in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
     n_step: int = param(3, POSITIVE)
@@ -69,24 +73,28 @@ class R2D2Config(OffPolicyConfig):
     buffer_size: int = param(4_000, POSITIVE)
     """Sequences kept (the oldest are overwritten)."""
     learning_starts: int = param(200, NON_NEGATIVE)
-    """Sequences in the buffer before replay starts."""
+    """Sequences in the buffer (Ray mode: in each shard) before replay starts."""
     samples_per_insert: float = param(32.0, POSITIVE)
     """Replay ratio: trained steps (``trace_length`` per sequence) per env step sampled; 32
-    makes 10 SGD steps of 32 sequences per fragment of 16 envs x 10 steps."""
+    makes 10 SGD steps of 32 sequences per fragment of 16 envs x 10 steps. In Ray mode the
+    shards' rate limiter holds the learner to it (the actors are never held back)."""
     target_update_period: int = param(100, POSITIVE)
     """SGD steps between two copies of the target network (the paper's 2500)."""
     prioritized_replay_alpha: float = param(0.9, NON_NEGATIVE)
     """The paper's priority exponent 0.9."""
     prioritized_replay_beta: float = param(0.6, UNIT)
     """The paper's importance-sampling exponent 0.6, kept throughout."""
+    distributed: DistributedReplayConfig = param(None, factory=lambda: DistributedReplayConfig(replay_batch_size=64))
+    """Ray mode: replayed sequences per request (two SGD steps), requests in flight and the
+    learner thread's queues (see :class:`~jaxflow.config.DistributedReplayConfig`)."""
+    max_weight_sync_delay: int = param(400, POSITIVE)
+    """Ray mode: env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
 
     def __post_init__(self) -> None:
         name, length = type(self).__name__, self.burn_in + self.trace_length
-        require(  # before the checks of use_lstm, which would name the LSTM rather than R2D2
-            self.mode != "ray",
-            f"{name}.mode='ray': R2D2 trains in device mode only so far (gymnax/<id> and brax/<name> envs).",
-        )
         super().__post_init__()
+        if self.mode == "ray" or (self.mode == "auto" and not on_device(self.env)):
+            check_ray_mode(self)
         require(self.use_lstm, f"{name}.use_lstm=False: R2D2's Q-network is recurrent; leave use_lstm on.")
         require(
             length % self.sequence_period == 0,
@@ -105,3 +113,22 @@ class R2D2Config(OffPolicyConfig):
         require(
             self.model is None, f"{name}.model: R2D2 builds its own LSTM Q-network; model={self.model!r} is not taken."
         )
+
+
+def on_device(env: str) -> bool:
+    """Whether mode 'auto' trains ``env`` in device mode: a JAX env (an unknown id counts as
+    one here, refused as unknown once the run looks it up)."""
+    try:
+        return envs.entry(env).kind in envs.JAX_KINDS
+    except envs.UnknownEnvError:
+        return True
+
+
+def check_ray_mode(config: R2D2Config) -> None:
+    """What Ray mode needs: Ape-X's (``check_distributed``), and an actor for every shard."""
+    check_distributed(config)
+    require(
+        config.num_replay_shards <= config.rollout.num_workers,
+        f"{type(config).__name__}.num_replay_shards ({config.num_replay_shards}) must be at most num_workers "
+        f"({config.rollout.num_workers}): each actor's fragments go to one shard.",
+    )

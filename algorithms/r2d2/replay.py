@@ -11,6 +11,11 @@ completes the sequence starting at ``w - k + 1`` (it enters with the largest pri
 so far, as in Schaul et al.'s prioritized replay) and ends the one starting at ``w`` (its
 first block is overwritten); no other sequence changes. Sequences run across episode ends:
 the loss resets the state where ``episode_starts`` says, and no step is padding.
+
+A ring may hold ``K`` lanes side by side (``[M * P, K * E]``), each written by its own stream
+of fragments of ``E`` envs at its own pace (``blocks [K]``): Ray mode's replay shards keep one
+lane per actor (:mod:`jaxflow.algorithms.r2d2.shard`), device mode has one lane of all its envs.
+Sampling and priorities see one ring of ``K * E`` columns either way.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ Array = jax.Array
 class SequenceReplayState(NamedTuple):
     """``steps[name]: [M * P, B, ...]``, ``start_states``: the recurrent state at each block's
     first step ``[M, B, ...]``, ``priorities [M, B]`` (``p^alpha`` of the sequence starting at
-    that block, 0 where none can be sampled), ``blocks`` written so far, ``size`` (sequences
-    that can be sampled) and ``max_priority`` (the largest priority given, before ``alpha``)."""
+    that block, 0 where none can be sampled), ``blocks [K]`` each lane has written so far,
+    ``size`` (sequences that can be sampled) and ``max_priority`` (the largest priority given,
+    before ``alpha``)."""
 
     steps: dict[str, Array]
     start_states: Any
@@ -42,34 +48,51 @@ class SequenceReplayState(NamedTuple):
     max_priority: Array
 
 
-def init(batch: Mapping[str, Any], capacity: int, *, sequence_blocks: int) -> SequenceReplayState:
-    """An empty ring for fragments shaped like ``batch`` (``[P, B, ...]`` steps and the
-    ``policy_state`` ``[B, ...]``), holding ``capacity`` sequences of ``sequence_blocks``
-    blocks: ``ceil(capacity / B) + sequence_blocks - 1`` blocks per env."""
-    period, num_envs = batch["actions"].shape[:2]
+def init(batch: Mapping[str, Any], capacity: int, *, sequence_blocks: int, lanes: int = 1) -> SequenceReplayState:
+    """An empty ring of ``lanes`` lanes for fragments shaped like ``batch`` (``[P, E, ...]``
+    steps and the ``policy_state`` ``[E, ...]``), holding ``capacity`` sequences of
+    ``sequence_blocks`` blocks: ``ceil(capacity / (K E)) + sequence_blocks - 1`` blocks per env."""
+    period, lane_envs = batch["actions"].shape[:2]
+    num_envs = lanes * lane_envs
     num_blocks = -(-capacity // num_envs) + sequence_blocks - 1
-    steps = {k: jnp.zeros((num_blocks * period, *v.shape[1:]), v.dtype) for k, v in batch.items() if k != STATE_FIELD}
-    states = jax.tree.map(lambda v: jnp.zeros((num_blocks, *v.shape), v.dtype), batch[STATE_FIELD])
+    steps = {
+        k: jnp.zeros((num_blocks * period, num_envs, *v.shape[2:]), v.dtype)
+        for k, v in batch.items()
+        if k != STATE_FIELD
+    }
+    states = jax.tree.map(lambda v: jnp.zeros((num_blocks, num_envs, *v.shape[1:]), v.dtype), batch[STATE_FIELD])
     zero = jnp.zeros((), jnp.int32)
     return SequenceReplayState(
-        steps, states, jnp.zeros((num_blocks, num_envs), jnp.float32), zero, zero, jnp.ones((), jnp.float32)
+        steps,
+        states,
+        jnp.zeros((num_blocks, num_envs), jnp.float32),
+        jnp.zeros((lanes,), jnp.int32),
+        zero,
+        jnp.ones((), jnp.float32),
     )
 
 
-def add(state: SequenceReplayState, batch: Mapping[str, Array], alpha: Any, *, sequence_blocks: int) -> Any:
-    """Writes one fragment (``P`` steps of every env and their start ``policy_state``) over the
-    oldest block; the sequence it completes enters with the largest priority so far."""
-    num_blocks, num_envs = state.priorities.shape
-    period = state.steps["actions"].shape[0] // num_blocks
-    w = state.blocks % num_blocks
-    steps = {k: jax.lax.dynamic_update_slice_in_dim(v, batch[k], w * period, 0) for k, v in state.steps.items()}
-    states = jax.tree.map(lambda s, x: s.at[w].set(x), state.start_states, batch[STATE_FIELD])
+def add(
+    state: SequenceReplayState, batch: Mapping[str, Array], alpha: Any, lane: Any = 0, *, sequence_blocks: int
+) -> Any:
+    """Writes one fragment (``P`` steps of the lane's ``E`` envs and their start
+    ``policy_state``) over the lane's oldest block; the sequences it completes enter with the
+    largest priority so far. Other lanes are untouched."""
+    num_blocks = state.priorities.shape[0]
+    period, width = batch["actions"].shape[:2]
+    col, w = lane * width, state.blocks[lane] % num_blocks
+
+    def put(ring: Array, x: Array, row: Any) -> Array:  # x [rows, E, ...] at (row, col)
+        return jax.lax.dynamic_update_slice(ring, x.astype(ring.dtype), (row, col) + (0,) * (ring.ndim - 2))
+
+    steps = {k: put(v, batch[k], w * period) for k, v in state.steps.items()}
+    states = jax.tree.map(lambda s, x: put(s, x[None], w), state.start_states, batch[STATE_FIELD])
     complete = (w - sequence_blocks + 1) % num_blocks
-    written = state.blocks + 1
-    new = jnp.where(written >= sequence_blocks, jnp.power(state.max_priority, alpha), 0.0)
-    priorities = state.priorities.at[w].set(0.0).at[complete].set(jnp.full((num_envs,), new))
-    sequences = jnp.clip(jnp.minimum(written, num_blocks) - sequence_blocks + 1, 0, None) * num_envs
-    return SequenceReplayState(steps, states, priorities, written, sequences, state.max_priority)
+    blocks = state.blocks.at[lane].add(1)
+    new = jnp.where(blocks[lane] >= sequence_blocks, jnp.power(state.max_priority, alpha), 0.0)
+    priorities = put(put(state.priorities, jnp.zeros((1, width)), w), jnp.full((1, width), new), complete)
+    sequences = jnp.clip(jnp.minimum(blocks, num_blocks) - sequence_blocks + 1, 0, None).sum() * width
+    return SequenceReplayState(steps, states, priorities, blocks, sequences.astype(jnp.int32), state.max_priority)
 
 
 def sample(
@@ -97,21 +120,25 @@ def sample(
 
 def update_priorities(state: SequenceReplayState, slots: Array, priorities: Array, alpha: Any) -> Any:
     """Sets the priorities of the sequences at ``slots`` to ``priorities ** alpha``; the largest
-    priority so far grows with them."""
-    flat = state.priorities.reshape(-1).at[slots].set(jnp.power(priorities, alpha).astype(jnp.float32))
+    priority so far grows with them. A slot whose sequence was overwritten since it was drawn
+    (priority 0: a lane wrote over its first block, which a Ray-mode shard may do between a
+    sample and its update) stays at 0."""
+    flat = state.priorities.reshape(-1)
+    new = jnp.where(flat[slots] > 0, jnp.power(priorities, alpha), 0.0)
+    flat = flat.at[slots].set(new.astype(jnp.float32))
     return state._replace(
         priorities=flat.reshape(state.priorities.shape),
         max_priority=jnp.maximum(state.max_priority, priorities.max()),
     )
 
 
-def sequence_buffer(burn_in: int, trace_length: int, sequence_period: int) -> ReplayBuffer:
+def sequence_buffer(burn_in: int, trace_length: int, sequence_period: int, lanes: int = 1) -> ReplayBuffer:
     """The buffer's functions for sequences of ``burn_in + trace_length`` steps, one every
-    ``sequence_period`` steps (which divides the length)."""
+    ``sequence_period`` steps (which divides the length), in a ring of ``lanes`` lanes."""
     length = burn_in + trace_length
     blocks = length // sequence_period
     return ReplayBuffer(
-        functools.partial(init, sequence_blocks=blocks),
+        functools.partial(init, sequence_blocks=blocks, lanes=lanes),
         functools.partial(add, sequence_blocks=blocks),
         functools.partial(sample, sequence_length=length),
         update_priorities,

@@ -84,7 +84,7 @@ def fitting_algorithms(env_id: str, obs: gymnasium.Space, action: gymnasium.Spac
         spec = get_algorithm(name)
         if spec.run.program is not None:  # MAML trains on task distributions, not on one env
             continue
-        if not device and spec.plan is None:  # device mode only so far (R2D2)
+        if not device and spec.plan is None:  # an algorithm without a Ray-mode plan
             continue
         try:
             check_spaces(spec, env_id, obs, action)

@@ -10,7 +10,7 @@ from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import StrictKeywords, field_type, flat_names, is_field, replace_config, resolve
 from jaxflow.config.schedules import float_fields, perturbable, validate_schedules
 
-RECURRENT_SUPPORT = "PPO (device and Ray mode), A2C, IMPALA and APPO (Ray mode), and R2D2 (device mode)"
+RECURRENT_SUPPORT = "PPO (device and Ray mode), A2C, IMPALA and APPO (Ray mode), and R2D2 (device and Ray mode)"
 """Where ``use_lstm`` trains, as a refusal names it (each config's ``recurrent_modes``)."""
 
 

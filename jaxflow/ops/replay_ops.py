@@ -71,7 +71,12 @@ class StoreToReplay(Operator):
     What is stored is the batch's ``replay_rows()``: a fragment's items flattened from
     time-major ``[T, B]`` to ``[T * B]``, or the :class:`~jaxflow.replay.ReplayRows` its
     workers packed (each observation stored once), as they are. The shard is
-    ``shard`` if given, else drawn uniformly by a generator seeded with ``seed``.
+    ``shard`` if given, else drawn uniformly by a generator seeded with ``seed``. With
+    ``by_actor`` (after a gather from actors, which records the actor) actor ``i``'s
+    batches all go to shard ``i % num_shards``, one at a time (``max_in_flight=1``), so the
+    shard sees each actor's batches in order (R2D2's sequences run on from one fragment into
+    the next), with ``source=(i, replaced)``: ``replaced`` counts the times actor ``i``'s
+    handle changed (a restarted worker), where the stream of its batches broke off.
 
     At most ``max_in_flight`` stores await the shards' replies (1: each call waits for its
     reply, so counts are exact when it returns); beyond that the producer waits, so a
@@ -92,10 +97,14 @@ class StoreToReplay(Operator):
         seed: int = 0,
         timeout_s: float = 0.0,
         max_in_flight: int = 1,
+        by_actor: bool = False,
     ):
-        self.shards, self.shard, self.timeout_s = shards, shard, timeout_s
+        if by_actor and (shard is not None or max_in_flight != 1):
+            raise ValueError("StoreToReplay(by_actor=True) picks the shard itself and keeps order: max_in_flight=1.")
+        self.shards, self.shard, self.timeout_s, self.by_actor = shards, shard, timeout_s, by_actor
         self._rng = np.random.default_rng(seed)
         self._calls = _ShardCalls(shards, max_in_flight, timeout_s)
+        self._actors: dict[int, tuple[Any, int]] = {}  # by_actor: index -> (handle, times replaced)
 
     def __call__(self, item: Batch, ctx: Context) -> Batch:
         data, n = item.replay_rows(), item.num_samples
@@ -104,6 +113,14 @@ class StoreToReplay(Operator):
             ctx.counters[REPLAY_ITEMS_STORED] += added or 0
             ctx.counters[REPLAY_ITEMS_DROPPED] += n - (added or 0)
 
+        if self.by_actor:
+            assert ctx.current_actor is not None, "StoreToReplay(by_actor=True) follows a gather from actors"
+            i, handle = ctx.current_actor
+            last, replaced = self._actors.get(i, (handle, 0))
+            self._actors[i] = (handle, replaced + (handle is not last))
+            source = (i, self._actors[i][1])
+            self._calls.call(i % self.shards.num_shards, "add", (data, None, self.timeout_s, source), count)
+            return item
         index = self.shard if self.shard is not None else int(self._rng.integers(self.shards.num_shards))
         self._calls.call(index, "add", (data, None, self.timeout_s), count)
         return item

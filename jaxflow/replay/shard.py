@@ -137,7 +137,7 @@ class ReplayShard:
         self.samples_per_insert = samples_per_insert
         self.min_size_to_sample = min_size_to_sample
         self.error_buffer = float(error_buffer)
-        self._buffer = PrioritizedReplayBuffer(capacity, alpha)
+        self._buffer: Any = self._new_buffer(capacity, alpha)
         self._rng = np.random.default_rng(seed)
         self._inserted = 0
         self._sampled = 0
@@ -154,8 +154,34 @@ class ReplayShard:
         """The Ray node this shard runs on."""
         return placement.node_id()
 
+    def _new_buffer(self, capacity: int, alpha: float) -> Any:
+        """The store: a :class:`PrioritizedReplayBuffer` of items (a subclass may keep another,
+        with its own ``_items``, ``_store`` and ``_draw``)."""
+        return PrioritizedReplayBuffer(capacity, alpha)
+
+    def _items(self, batch: Mapping[str, Any]) -> int:
+        """The items ``batch`` brings, what the rate limiter counts: its leading axis."""
+        return len(next(iter(batch.values()))) if batch else 0
+
+    def _store(
+        self, batch: Mapping[str, Any], priorities: np.ndarray | None, source: tuple[int, int] | None
+    ) -> np.ndarray:
+        """Writes ``batch`` into the store; returns its slots. One ring holds every source's items."""
+        return self._buffer.add(batch, priorities)
+
+    def _draw(self, batch_size: int, beta: float) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+        """``(items, slots, importance weights)`` drawn from the store."""
+        indices, weights = self._buffer.sample_indices(batch_size, self._rng, beta)
+        if self._frame_stack:
+            return transitions.decode_rows(self._buffer.storage, indices, self._frame_stack), indices, weights
+        return {k: v[indices] for k, v in self._buffer.storage.items()}, indices, weights
+
     def add(
-        self, batch: Mapping[str, np.ndarray] | ReplayRows, priorities: np.ndarray | None = None, timeout_s: float = 0.0
+        self,
+        batch: Mapping[str, np.ndarray] | ReplayRows,
+        priorities: np.ndarray | None = None,
+        timeout_s: float = 0.0,
+        source: tuple[int, int] | None = None,
     ) -> int:
         """Stores ``batch`` if the limiter admits it; returns the number of items stored,
         or 0 if it was not admitted within ``timeout_s`` seconds (nothing is stored then).
@@ -163,11 +189,13 @@ class ReplayShard:
         ``batch`` is ``{field: [n, ...]}`` (n items), or :class:`ReplayRows` packed by a
         worker, whose transitions are then the items (frame-only rows are not counted)
         and are rebuilt into ``obs``/``next_obs`` when sampled. A shard holds one kind.
+        ``source`` is ``(actor, times replaced)`` where the caller routes by actor
+        (``StoreToReplay(by_actor=True)``): a shard keeping one ring per actor reads it.
         """
         if isinstance(batch, ReplayRows):
             batch, priorities, n = self._accept_rows(batch)
         else:
-            n = len(next(iter(batch.values()))) if batch else 0
+            n = self._items(batch)
         if self.samples_per_insert is not None and self.samples_per_insert * n > 2 * self.error_buffer:
             raise ValueError(
                 f"Replay shard {self.index}: an insert of {n} items with samples_per_insert="
@@ -177,7 +205,7 @@ class ReplayShard:
             if not self._cond.wait_for(lambda: self._can_insert(n), timeout=timeout_s):
                 self._refused_inserts += 1
                 return 0
-            slots = self._buffer.add(batch, priorities)
+            slots = self._store(batch, priorities, source)
             if self._frame_stack and len(self._buffer) == self._buffer.capacity and len(slots):
                 stale = transitions.rows_to_invalidate(
                     int(slots[0]), len(slots), self._buffer.capacity, self._frame_stack
@@ -209,11 +237,7 @@ class ReplayShard:
             if not self._cond.wait_for(lambda: self._can_sample(batch_size), timeout=timeout_s):
                 self._refused_samples += 1
                 return None
-            indices, weights = self._buffer.sample_indices(batch_size, self._rng, beta)
-            if self._frame_stack:
-                data = transitions.decode_rows(self._buffer.storage, indices, self._frame_stack)
-            else:
-                data = {k: v[indices] for k, v in self._buffer.storage.items()}
+            data, indices, weights = self._draw(batch_size, beta)
             self._sampled += batch_size
             self._cond.notify_all()
             return ReplayBatch(data, indices, weights, self.index, self.generation)

@@ -8,7 +8,7 @@ import copy
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,9 @@ class ReplayShards:
     a starved reader waits in the shard rather than polling it; keep it well below
     ``timeout_s``, after which a silent shard counts as failed.
 
+    ``shard_cls`` (a :class:`ReplayShard` subclass keeping another store, e.g. R2D2's sequence
+    rings) is built with ``shard_options`` as keyword arguments besides the shard's own.
+
     :meth:`save` and :meth:`load` write and read every shard's contents beside a learner
     checkpoint. With ``on_failure="restart"`` a dead shard is recreated and reloaded
     from the last checkpoint saved or loaded (empty if there was none), also while a load
@@ -66,6 +69,8 @@ class ReplayShards:
         on_failure: str = "raise",
         placement: Placement | None = None,
         placement_timeout_s: float = 60.0,
+        shard_cls: type[ReplayShard] = ReplayShard,
+        shard_options: Mapping[str, Any] | None = None,
     ):
         if num_shards < 1:
             raise ValueError(f"num_shards must be >= 1, got {num_shards}.")
@@ -85,7 +90,8 @@ class ReplayShards:
         self.placement, self.placement_timeout_s = placement or Placement(), placement_timeout_s
         self.placement.check_room(num_shards, f"replay shards (num_replay_shards={num_shards})")
         # Threaded, so that a waiting sample or add leaves the shard free to serve the call that unblocks it.
-        self._actor_cls = jax_actor(ReplayShard, max_concurrency=max_concurrency, **self.placement.options())
+        self._actor_cls = jax_actor(shard_cls, max_concurrency=max_concurrency, **self.placement.options())
+        self._options = dict(shard_options or {})
         self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
         self._args = (capacity, alpha, samples_per_insert, min_size_to_sample, error_buffer)
         self._generations = [0] * num_shards
@@ -121,7 +127,9 @@ class ReplayShards:
 
     def _create(self, i: int, generation: int = 0) -> Any:
         capacity, alpha, spi, min_size, slack = self._args
-        return self._actor_cls.remote(capacity, alpha, self._seeds[i], i, spi, min_size, slack, generation)
+        return self._actor_cls.remote(
+            capacity, alpha, self._seeds[i], i, spi, min_size, slack, generation, **self._options
+        )
 
     def sampling(
         self, batch_size: int, beta: float | Callable[[], float], sample_wait_s: float | None = None

@@ -108,7 +108,11 @@ class SampleBatch(NamedTuple):
         return flatten_time_major(self.data)
 
     def replay_rows(self) -> Any:
-        return self.data if isinstance(self.data, ReplayRows) else flatten_time_major(self.data)
+        """Encoded rows as they are; a recurrent policy's fragment (it has ``episode_starts``)
+        whole, time-major with its start state, for a replay of sequences (R2D2's); else flat."""
+        if isinstance(self.data, ReplayRows) or STARTS_FIELD in self.data:
+            return self.data
+        return flatten_time_major(self.data)
 
     @staticmethod
     def concat(batches: Sequence[SampleBatch]) -> SampleBatch:

@@ -243,7 +243,7 @@ def test_list_names_algorithms_and_envs():
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert "obs Box(4,) float32" in rows["CartPole-v1"] and "act Discrete(2)" in rows["CartPole-v1"]
     assert rows["CartPole-v1"].endswith(
-        "A2C A3C APEX APPO DQN IMPALA PPO Rainbow"
+        "A2C A3C APEX APPO DQN IMPALA PPO R2D2 Rainbow"
     )  # programs of their own (MAML, ES, ARS) are not listed per env
     assert "act Box(1,) [-2, 2]" in rows["Pendulum-v1"] and " SAC TD3" in rows["Pendulum-v1"]
     assert "DQN" not in rows["Pendulum-v1"] and "A3C" not in rows["gymnax/Pendulum-v1"]  # no device mode

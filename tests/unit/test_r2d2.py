@@ -1,6 +1,7 @@
 """R2D2's parts against hand computations: value rescaling, the sequence loss with burn-in
 (an independent numpy implementation, the network stepped one observation at a time),
-the mixed priorities, the sequence replay's ring, and its config's refusals."""
+the mixed priorities, the sequence replay's ring (on the device and in Ray mode's shards),
+and its config's refusals."""
 
 from __future__ import annotations
 
@@ -216,8 +217,13 @@ def test_sequence_replay_stores_each_step_once_with_overlapping_sequences_and_th
         ({"rollout_fragment_length": 5}, "rollout_fragment_length .5. must equal sequence_period"),
         ({"priority_eta": 1.5}, "priority_eta"),
         ({"trace_length": 6, "n_step": 6}, "n_step .6. must be below trace_length"),
-        ({"mode": "ray"}, "R2D2 trains in device mode only so far"),
         ({"use_lstm": False}, "R2D2's Q-network is recurrent"),
+        ({"mode": "ray", "num_workers": 0}, "R2D2Config.num_workers must be >= 1"),
+        (
+            {"env": "CartPole-v1", "num_workers": 2, "num_replay_shards": 3},  # mode 'auto': Ray mode
+            r"num_replay_shards \(3\) must be at most num_workers",
+        ),
+        ({"mode": "ray", "replay_batch_size": 48}, r"replay_batch_size \(48\) must be a multiple of train_batch_size"),
     ],
 )
 def test_config_refuses_bad_settings_in_one_line(overrides, message):
@@ -246,3 +252,105 @@ def test_checkpoint_restores_the_sequence_replay_and_jaxflow_evaluate_plays_the_
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert main(["evaluate", "--checkpoint", path, "--episodes", "2"]) == 0
     assert "greedy return over 2 episodes" in capsys.readouterr().out
+
+
+def actor_fragment(actor: int, i: int, P: int = 2, E: int = 2) -> dict:
+    """Fragment ``i`` of ``actor``: step t of env e has observation 1000 actor + 10 t + e, and
+    the state at the fragment's first step is 100 t + e (both of its leaves)."""
+    t = np.arange(i * P, (i + 1) * P)[:, None]
+    state = np.full((E, 1), 100.0 * i * P) + np.arange(E)[:, None]
+    return {
+        "obs": (1000 * actor + 10 * t + np.arange(E))[..., None].astype(np.float32),
+        "actions": np.broadcast_to(t, (P, E)).astype(np.int32),
+        "rewards": np.ones((P, E), np.float32),
+        "discounts": np.ones((P, E), np.float32),
+        "episode_starts": np.zeros((P, E), bool),
+        "policy_state": (state.astype(np.float32), state.astype(np.float32)),
+    }
+
+
+def test_ray_shard_keeps_each_actors_sequences_as_the_device_ring_does_and_samples_by_priority():
+    """Shard 1 of 2 for 4 actors holds actors 1 and 3 in two lanes (2 envs each, sequences of
+    4 steps every 2, room for 8 sequences: 3 blocks per env). Their fragments, interleaved,
+    give per lane what the device ring gives that actor alone; sampled sequences are the
+    actor's consecutive steps from the state at their first step, drawn over both lanes in
+    proportion to their priorities (tolerance 4 binomial standard deviations). Sequences across
+    a break in an actor's stream (a restore, a replaced actor) are never sampled."""
+    shard = r2d2.SequenceShard(
+        8, 1.0, 0, 1, example=actor_fragment(0, 0), num_actors=4, num_shards=2, lengths=(1, 3, 2)
+    )
+    ring = r2d2.sequence_buffer(burn_in=1, trace_length=3, sequence_period=2)
+    alone, add = {a: ring.init(actor_fragment(a, 0), 4) for a in (1, 3)}, jax.jit(ring.add)
+    for actor, i in [(1, 0), (3, 0), (1, 1), (1, 2), (3, 1), (1, 3)]:
+        assert shard.add(actor_fragment(actor, i), source=(actor, 0)) == 4  # its 2 x 2 steps
+        alone[actor] = add(alone[actor], actor_fragment(actor, i), 1.0)
+    with pytest.raises(ValueError, match="actor i's fragments go to shard i % 2"):
+        shard.add(actor_fragment(2, 0), source=(2, 0))
+    saved = shard.get_state()["buffer"]
+    for lane, actor in enumerate((1, 3)):
+        cols = slice(2 * lane, 2 * lane + 2)
+        np.testing.assert_array_equal(saved["priorities"][:, cols], alone[actor].priorities)
+        np.testing.assert_array_equal(saved["steps/obs"][:, cols], alone[actor].steps["obs"])
+        np.testing.assert_array_equal(saved["start_states/0"][:, cols], alone[actor].start_states[0])
+    # Each step once: 3 blocks of 2 steps per env, where the 6 live sequences of 4 steps would take 24.
+    assert saved["steps/obs"].shape == (6, 4, 1) and shard.stats()["size"] == 6
+
+    live = np.flatnonzero(saved["priorities"].reshape(-1))  # slot = block * 4 + column
+    lane_of = (live % 4) // 2
+    shard.update_priorities(live, np.where(lane_of == 1, 4.0, 1.0))  # lane 1: 2 sequences x 4, lane 0: 4 x 1
+    drawn = [shard.sample(256, beta=0.5) for _ in range(8)]
+    first_fragment = {(1, 1): 1, (1, 2): 2, (3, 0): 0}  # (actor, ring block) of each live sequence
+    for batch in drawn:
+        block, col = np.divmod(batch.indices, 4)
+        actor, env = np.where(col < 2, 1, 3), col % 2
+        first = 2 * np.array([first_fragment[a, b] for a, b in zip(actor, block, strict=True)])
+        expected = 1000 * actor[:, None] + 10 * (first[:, None] + np.arange(4)) + env[:, None]
+        np.testing.assert_array_equal(batch.data["obs"][..., 0], expected)
+        np.testing.assert_array_equal(batch.data["policy_state"][1][:, 0], 100 * first + env)
+        np.testing.assert_allclose(batch.weights, np.where(col < 2, 1.0, 4.0**-0.5), rtol=1e-6)
+    share = np.mean([int(slot) % 4 >= 2 for b in drawn for slot in b.indices])
+    assert abs(share - 2 / 3) < 4 * np.sqrt(2 / 3 * 1 / 3 / 2048)
+
+    restored = r2d2.SequenceShard(
+        8, 1.0, 0, 1, example=actor_fragment(0, 0), num_actors=4, num_shards=2, lengths=(1, 3, 2)
+    )
+    assert restored.import_state(shard.export_state()) == 6
+    a, b = shard.sample(256, beta=0.5), restored.sample(256, beta=0.5)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.data["obs"], b.data["obs"])
+
+    # Actor 1's fragment 4 completes the sequence of fragments 3-4 (ring block 0, columns 0-1):
+    # sampled in the shard that saw fragment 3 come, never in the restored one (its actors did
+    # not stop at the checkpoint); the next fragment's sequence is whole again. A replaced actor
+    # 3 (its envs started afresh) breaks its lane the same way (fragment 2: block 1, columns 2-3).
+    def completed(s, actor, i, replaced, block, cols):
+        s.add(actor_fragment(actor, i), source=(actor, replaced))
+        return s.get_state()["buffer"]["priorities"][block, cols]
+
+    assert (completed(shard, 1, 4, 0, 0, slice(0, 2)) > 0).all()
+    assert (completed(restored, 1, 4, 0, 0, slice(0, 2)) == 0).all()
+    assert (completed(restored, 1, 5, 0, 1, slice(0, 2)) > 0).all()
+    assert (completed(shard, 3, 2, 1, 1, slice(2, 4)) == 0).all()
+
+
+def test_store_to_replay_by_actor_counts_a_replaced_actor_as_a_break_in_its_lane():
+    """``StoreToReplay(by_actor=True)`` names each fragment's actor and how many times its
+    handle changed: a new handle (a restarted worker) makes the sequence its next fragment
+    completes unsampleable, while the same handle's fragments join into whole sequences."""
+    from jaxflow import LocalReplay, StoreToReplay
+    from jaxflow.ops.metrics import Context
+    from jaxflow.rollout.batch import SampleBatch
+
+    replay = LocalReplay(8)
+    replay.shard = r2d2.SequenceShard(
+        8, 1.0, example=actor_fragment(0, 0), num_actors=1, num_shards=1, lengths=(1, 3, 2)
+    )
+    store, ctx = StoreToReplay(replay, by_actor=True), Context()
+    completed = []
+    for i, handle in enumerate(["worker", "worker", "worker", "restarted worker"]):
+        ctx.current_actor = (0, handle)
+        store(SampleBatch(actor_fragment(0, i), 4, np.zeros(0), np.zeros(0), 0), ctx)
+        blocks, priorities = (replay.shard.get_state()["buffer"][k] for k in ("blocks", "priorities"))
+        completed.append(priorities[(int(blocks[0]) - 2) % len(priorities)].tolist())  # the sequence just completed
+    assert completed == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]  # fragment 0 completes none
+    assert ctx.counters["replay_items_stored"] == 16 and ctx.counters["replay_items_dropped"] == 0

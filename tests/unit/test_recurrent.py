@@ -168,7 +168,7 @@ def test_device_mode_trains_on_whole_sequences_whose_stored_state_reproduces_the
         (
             "DQN",
             {},
-            r"DQN has no recurrent policy yet; use_lstm is supported by PPO \(device and Ray mode\), A2C, IMPALA and APPO \(Ray mode\), and R2D2 \(device mode\)",
+            r"DQN has no recurrent policy yet; use_lstm is supported by PPO \(device and Ray mode\), A2C, IMPALA and APPO \(Ray mode\), and R2D2 \(device and Ray mode\)",
         ),
         ("SAC", {}, "SAC has no recurrent policy yet"),
         ("DDPPO", {}, "DDPPO has no recurrent policy yet"),
