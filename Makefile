@@ -21,7 +21,7 @@ train: $(BIN)/jaxflow
 
 # The whole suite: unit, integration and learning tests, and the docstrings' examples.
 test: $(BIN)/jaxflow
-	$(BIN)/python -m pytest -q --durations=40 --doctest-modules jaxflow tests
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=40 --doctest-modules jaxflow tests
 
 # Lint, format and type checks (CI runs them before the tests).
 check: lint typecheck

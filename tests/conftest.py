@@ -18,12 +18,21 @@ import shutil
 import tempfile
 import types
 
-XLA_CACHE = tempfile.mkdtemp(prefix="jaxflow-tests-xla-cache-")
-atexit.register(shutil.rmtree, XLA_CACHE, ignore_errors=True)
+XLA_CACHE_VARIABLE = "JAXFLOW_TESTS_XLA_CACHE"
+"""Set by the pytest process that made the cache; its xdist workers, started after it read this
+file, inherit it and use that cache rather than make their own."""
+
+if XLA_CACHE_VARIABLE in os.environ:
+    XLA_CACHE = os.environ[XLA_CACHE_VARIABLE]
+else:
+    XLA_CACHE = tempfile.mkdtemp(prefix="jaxflow-tests-xla-cache-")
+    atexit.register(shutil.rmtree, XLA_CACHE, ignore_errors=True)
 os.environ.update(
+    JAXFLOW_TESTS_XLA_CACHE=XLA_CACHE,
     JAX_COMPILATION_CACHE_DIR=XLA_CACHE,
     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.1",  # the default (1 s) would skip most rollout functions
     JAX_COMPILATION_CACHE_MAX_SIZE=str(4 * 2**30),
+    RAY_ADDRESS="local",  # until this process starts its Ray (start_local_ray): none found running
 )
 
 import faulty_envs  # noqa: E402, F401 - registers the test/<Name>-v0 environments
@@ -39,10 +48,19 @@ LOCAL_RAY = dict(num_cpus=2, include_dashboard=False, logging_level="ERROR")
 CLUSTER_SYSTEM_CONFIG = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 
 
+def start_local_ray() -> None:
+    """A new local Ray for this process, never one another pytest process started (Ray's
+    ``ray.init()`` joins any Ray it finds running on the machine); then its subprocesses join
+    this one."""
+    os.environ["RAY_ADDRESS"] = "local"
+    context = ray.init(**LOCAL_RAY)
+    os.environ["RAY_ADDRESS"] = context.address_info["gcs_address"]
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     if not ray.is_initialized():
-        ray.init(**LOCAL_RAY)
+        start_local_ray()
     yield
     ray.shutdown()
 
@@ -69,9 +87,10 @@ def ray_cluster():
         }
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, logging_level="ERROR")
+        os.environ["RAY_ADDRESS"] = cluster.address
         yield types.SimpleNamespace(cluster=cluster, head=cluster.head_node, **nodes)
     finally:
         ray.shutdown()
         cluster.shutdown()
         if had_local:
-            ray.init(**LOCAL_RAY)
+            start_local_ray()

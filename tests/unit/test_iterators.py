@@ -232,14 +232,8 @@ def test_async_duplicate_branches_both_complete():
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
-    yield
-    # Only stop a Ray this module started: a session-wide Ray (tests/conftest.py) outlives it.
-    if started:
-        ray.shutdown()
+def ray_cluster(ray_local):
+    """The session's local Ray (tests/conftest.py)."""
 
 
 @ray.remote(num_cpus=0, max_concurrency=8)
