@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +24,23 @@ from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import SampleBatch
 
 ALPHA = 0.6
+
+
+KILL_TIMEOUT_S = 30.0
+
+
+def kill(actor) -> None:
+    """``ray.kill``, then wait until the actor answers no more: the kill is asynchronous, and a
+    call made at once (on a loaded machine) may still be answered by the actor about to die."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + KILL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=KILL_TIMEOUT_S)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{actor} still answers {KILL_TIMEOUT_S} s after ray.kill")
 
 
 def fragment(first_id: int, T: int = 5, B: int = 2) -> SampleBatch:
@@ -219,7 +237,7 @@ def test_shard_state_round_trip_restores_contents_priorities_and_counters(make_s
 def test_a_dead_shard_is_named(make_shards):
     shards = make_shards(2, capacity=100, seed=0)
     from_items([step(0, 10), step(10, 10)]).for_each(StoreToReplay(shards, shard=0)).take(2)
-    ray.kill(shards.actors[1])
+    kill(shards.actors[1])
     with pytest.raises(ReplayShardError, match="replay shard 1"):
         from_items([step(20, 10)]).for_each(StoreToReplay(shards, shard=1)).take(1)
 
@@ -233,7 +251,7 @@ def test_a_shard_dead_at_a_save_is_restarted_from_the_last_checkpoint_and_saved(
     assert shards.save(first) == {"replay_shards": [{"size": 10, "capacity": 100}, {"size": 6, "capacity": 100}]}
     shards.saved_at(first)
     from_items([step(16, 4)]).for_each(StoreToReplay(shards, shard=1)).take(1)
-    ray.kill(shards.actors[1], no_restart=True)
+    kill(shards.actors[1])
     second = str(tmp_path / "second")
     os.makedirs(second)
     # Shard 1's 4 items since the first checkpoint are lost with it; the save still succeeds.
@@ -257,12 +275,12 @@ def _checkpoint(tmp_path, sizes: tuple[int, ...] = (10, 6)) -> tuple[str, list[n
 def test_a_shard_dead_during_a_load_is_restarted_with_the_checkpoints_contents(make_shards, tmp_path):
     path, expected = _checkpoint(tmp_path, sizes=(10,))
     shards = make_shards(1, capacity=100, seed=1, on_failure="restart")
-    ray.kill(shards.actors[0], no_restart=True)  # dead as the restore starts: its import_state fails
+    kill(shards.actors[0])  # dead as the restore starts: its import_state fails
     assert shards.load(path) == [10]
     assert shards.num_restarts == 1 and shards.restored_checkpoints == {0: path} and shards.restored_sizes == {0: 10}
     np.testing.assert_array_equal(shard_ids(shards)[0], expected[0])
     # Dead after the restore, the shard comes back with the checkpoint it was loaded from.
-    ray.kill(shards.actors[0], no_restart=True)
+    kill(shards.actors[0])
     assert [s["size"] for s in shards.save(str(tmp_path))["replay_shards"]] == [10]
     assert shards.num_restarts == 2 and shards.restored_checkpoints == {0: path}
 
@@ -270,7 +288,7 @@ def test_a_shard_dead_during_a_load_is_restarted_with_the_checkpoints_contents(m
 def test_a_shard_dead_during_a_load_without_restart_is_named_in_one_line(make_shards, tmp_path):
     path, _ = _checkpoint(tmp_path)
     shards = make_shards(2, capacity=100, seed=1)
-    ray.kill(shards.actors[0], no_restart=True)
+    kill(shards.actors[0])
     with pytest.raises(ReplayShardError, match="replay shard 0 died while loading .*replay_shard_0.npz") as e:
         shards.load(path)
     assert "\n" not in str(e.value) and "on_worker_failure='restart'" in str(e.value)
