@@ -7,7 +7,16 @@ import pytest
 
 from jaxflow import ConfigError, make_config
 from jaxflow.algorithms.apex import APEXConfig, worker_epsilon
-from jaxflow.algorithms.dqn import DQNConfig, epsilon, epsilon_greedy, loss, n_step_targets, postprocess, td_errors
+from jaxflow.algorithms.dqn import (
+    DQNConfig,
+    epsilon,
+    epsilon_greedy,
+    epsilon_schedule,
+    loss,
+    n_step_targets,
+    postprocess,
+    td_errors,
+)
 from jaxflow.networks.mlp import MLPQNetwork
 from jaxflow.policies import Greedy, Policy, q_value_outputs
 
@@ -147,6 +156,11 @@ def test_epsilon_schedules():
     assert epsilon(cfg, 0, 0) == 1.0
     assert epsilon(cfg, 0, 250) == pytest.approx(0.55)  # 2 workers x 250 steps = half way
     assert epsilon(cfg, 1, 10_000) == pytest.approx(0.1)
+    # The workers' numpy line is device mode's optax schedule (float32) at the same step count.
+    steps = np.arange(0, 1_200, 7)
+    np.testing.assert_allclose(
+        [epsilon(cfg, 0, int(s)) for s in steps], epsilon_schedule(cfg)(2 * steps), rtol=1e-6, atol=1e-7
+    )
     apex = make_config(APEXConfig, env="CartPole-v1", num_workers=8)
     eps = [worker_epsilon(apex, i) for i in range(8)]
     np.testing.assert_allclose(eps, [0.4 ** (1 + 7 * i / 7) for i in range(8)])
