@@ -31,6 +31,7 @@ class R2D2Config(OffPolicyConfig):
 
     recurrent_modes: ClassVar[tuple[str, ...]] = ("device", "ray")
     loss_fields = ("priority_eta",)
+    replay_layout = ("rollout.num_workers", "rollout.num_envs_per_worker", "burn_in", "trace_length", "sequence_period")
 
     rollout: RolloutConfig = param(
         None, factory=lambda: RolloutConfig(num_workers=1, rollout_fragment_length=SEQUENCE_PERIOD)

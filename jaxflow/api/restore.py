@@ -124,6 +124,17 @@ def _refuse_replay_layout(ckpt: str, meta: Mapping[str, Any], config: Any) -> No
             f"its replay is {saved[0]} shards of capacity {saved[1]}, this config's would be {wanted[0]} of "
             f"{wanted[1][0]}; num_replay_shards and buffer_size must be the checkpoint's",
         )
+    saved_config = from_json_dict(type(config), meta["config"])
+    changed = [f for f in type(config).replay_layout if _dotted(saved_config, f) != _dotted(config, f)]
+    if changed:
+        was = ", ".join(f"{f}={_dotted(saved_config, f)!r}" for f in changed)
+        raise checkpoint.fail(ckpt, f"its replay was kept with {was}; a resume must keep {', '.join(changed)}")
+
+
+def _dotted(config: Any, field: str) -> Any:
+    for name in field.split("."):
+        config = getattr(config, name)
+    return config
 
 
 def _fits(ckpt: str, config: Any, spec: AlgorithmSpec) -> bool:

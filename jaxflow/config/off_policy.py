@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from jaxflow.config.common import CommonConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
@@ -14,6 +15,10 @@ class OffPolicyConfig(CommonConfig):
     """Replay, replay ratio, n-step returns, target network and weight syncs (plus
     :class:`~jaxflow.config.CommonConfig`); an algorithm's config adds its own fields and
     may change these defaults."""
+
+    replay_layout: ClassVar[tuple[str, ...]] = ()
+    """Dotted fields, besides the shards and their capacity, that shape what a replay shard
+    keeps (R2D2's sequence ring: its lanes and sequence lengths); a resume must keep them."""
 
     train_batch_size: int = param(64, POSITIVE)
     """Replayed transitions per SGD step."""

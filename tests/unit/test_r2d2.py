@@ -354,3 +354,47 @@ def test_store_to_replay_by_actor_counts_a_replaced_actor_as_a_break_in_its_lane
         completed.append(priorities[(int(blocks[0]) - 2) % len(priorities)].tolist())  # the sequence just completed
     assert completed == [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]  # fragment 0 completes none
     assert ctx.counters["replay_items_stored"] == 16 and ctx.counters["replay_items_dropped"] == 0
+
+
+def test_a_resume_that_would_reshape_the_sequence_rings_is_refused_in_one_line(tmp_path):
+    """A Ray-mode R2D2 checkpoint (two real sequence shards' files) resumes with another
+    learning rate, but not with other actors, envs per actor or sequence lengths, which shape
+    the rings: the refusal names them, before anything starts."""
+    from jaxflow.api import checkpoint
+    from jaxflow.api.restore import plan_restore, state_template
+    from jaxflow.config.parsing import to_json_dict
+    from jaxflow.replay import saved as saved_replay
+
+    config = make_config(R2D2Config, env="CartPole-v1", mode="ray", num_workers=2, num_replay_shards=2)
+    spec = r2d2.R2D2
+
+    def write_replay(path: str) -> dict:
+        exports = [
+            r2d2.SequenceShard(
+                config.replay_shard_capacity,
+                example=actor_fragment(0, 0),
+                index=i,
+                num_actors=2,
+                num_shards=2,
+                lengths=(1, 3, 2),
+            ).export_state()
+            for i in range(2)
+        ]
+        for i, data in enumerate(exports):
+            open(f"{path}/replay_shard_{i}.npz", "wb").write(data)
+        return {saved_replay.RECORD_KEY: [saved_replay.summary(data) for data in exports]}
+
+    state = jax.device_get(state_template(config, spec).state)
+    meta = {"algorithm": "R2D2", "config": to_json_dict(config), "context": {"counters": {"env_steps_sampled": 7}}}
+    path = checkpoint.save(str(tmp_path), 1, state, meta, write_replay)
+    assert plan_restore(path, {"lr": 5e-4}).config.optimizer.lr == 5e-4
+    for overrides, named in [
+        ({"num_workers": 3}, "rollout.num_workers=2"),
+        ({"num_envs_per_worker": 4}, "rollout.num_envs_per_worker=8"),
+        ({"burn_in": 8, "trace_length": 12}, "burn_in=4, trace_length=16"),
+    ]:
+        with pytest.raises(checkpoint.CheckpointError, match=f"its replay was kept with {named}; a resume must keep"):
+            plan_restore(path, overrides)
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        plan_restore(path, {"num_workers": 3})
+    assert "\n" not in str(e.value) and path in str(e.value)
