@@ -97,7 +97,7 @@ def test_r2d2_trains_from_two_actors_on_sequence_shards_and_checkpoints(ray_loca
     assert 0.1 < non_greedy_share(algo, initial, saved[0]) < 0.3
     assert non_greedy_share(algo, initial, saved[1]) < 0.02
     # The checkpoint's learner has trained; each shard's file loads into a new shard as it was saved.
-    params = checkpoint.restore_state(path, template).params
+    params = checkpoint_state.restore_state(path, template).params
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(initial)))
     record = json.load(open(os.path.join(path, "meta.json")))[RECORD_KEY]
     for i, data in enumerate(files):
