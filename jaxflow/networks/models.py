@@ -135,18 +135,19 @@ def check_outputs(
         def outputs() -> Any:
             return module.apply(module.init(jax.random.PRNGKey(0), obs), obs)
 
-        hint = " (it has initial_carry: a recurrent model trains with use_lstm=True)"
-        got = _shapes(_traced(name, module, outputs, f"observations of shape [B, {obs_shape}]", hint))
+        recurrent_hint = " (it has initial_carry: a recurrent model trains with use_lstm=True)"
+        hint = recurrent_hint if hasattr(module, "initial_carry") else ""
+        got = _shapes(_traced(name, outputs, f"observations of shape [B, {obs_shape}]{hint}"))
     if got != expected:
         raise ConfigError(f"Model {name!r} returns shapes {got} for a batch of 2; expected {what}: {expected}.")
 
 
-def _traced(name: str, module: nn.Module, fn: Callable[[], Any], inputs: str, hint: str = "") -> Any:
+def _traced(name: str, fn: Callable[[], Any], inputs: str) -> Any:
+    """``fn``'s output shapes, or a :class:`ConfigError` naming the model and the ``inputs`` it failed on."""
     try:
         return jax.eval_shape(fn)
     except Exception as e:  # the user's module failed to trace: say which one, with its own words
-        hint = hint if hasattr(module, "initial_carry") else ""
-        raise ConfigError(f"Model {name!r} fails on {inputs}{hint}: {e}") from None
+        raise ConfigError(f"Model {name!r} fails on {inputs}: {e}") from None
 
 
 def _recurrent_outputs(name: str, module: nn.Module, obs_shape: tuple[int, ...], what: str, expected: Any) -> Any:
@@ -162,7 +163,7 @@ def _recurrent_outputs(name: str, module: nn.Module, obs_shape: tuple[int, ...],
         carry = module.initial_carry(CHECK_BATCH)
         return carry, module.apply(module.init(jax.random.PRNGKey(0), carry, obs), carry, obs)
 
-    carry, out = _traced(name, module, step, f"(initial_carry(2), observations of shape [B, {obs_shape}])")
+    carry, out = _traced(name, step, f"(initial_carry(2), observations of shape [B, {obs_shape}])")
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ConfigError(f"Model {name!r} returns {_described(out)}; a recurrent model returns (carry, outputs).")
     after, outputs = out
