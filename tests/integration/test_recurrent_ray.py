@@ -4,6 +4,8 @@ and ``compute_actions`` carries the state it returns."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -35,6 +37,7 @@ def assert_fragments_replay(algo: Algorithm, fragments: list) -> None:
     it ends in is the next fragment's start state, from which its last value target
     bootstraps; episodes start inside the fragments."""
     policy, params = algo.policy, algo.learner.get_weights()
+    outputs, unroll = jax.jit(functools.partial(policy_outputs, policy)), jax.jit(policy.unroll)  # once per shape
     first = fragments[0].data
     initial = jax.tree.leaves(policy.initial_state(B))
     for s, want in zip(jax.tree.leaves(first["policy_state"]), initial, strict=True):
@@ -45,7 +48,7 @@ def assert_fragments_replay(algo: Algorithm, fragments: list) -> None:
         data = fragment.data
         for s, want in zip(jax.tree.leaves(data["policy_state"]), jax.tree.leaves(state), strict=True):
             np.testing.assert_allclose(s, want, atol=1e-5)  # carried across fragments
-        inputs, values, flat = policy_outputs(policy, params, fragment.train_arrays())
+        inputs, values, flat = outputs(params, fragment.train_arrays())
         np.testing.assert_allclose(policy.distribution.log_prob(inputs, flat["actions"]), flat["logp"], atol=1e-5)
         np.testing.assert_allclose(values, flat["values"], atol=1e-5)
         if previous is not None:  # its last value bootstrapped from the state its episodes reached
@@ -55,7 +58,7 @@ def assert_fragments_replay(algo: Algorithm, fragments: list) -> None:
             want = 1.0 + algo.config.gamma * np.asarray(v)
             np.testing.assert_allclose(previous["value_targets"][-1][on], want[on], atol=1e-4)
             bootstrapped += int(on.sum())
-        state, _, _ = policy.unroll(params, data["policy_state"], data["obs"], data["episode_starts"])
+        state, _, _ = unroll(params, data["policy_state"], data["obs"], data["episode_starts"])
         assert data["episode_starts"][1:].sum() >= B  # at least one reset inside per env
         previous = data
     assert bootstrapped > 0
@@ -87,7 +90,8 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
 
 def test_a_users_gru_on_a_ray_worker_replays_from_its_stored_start_state(ray_local):
     """A recurrent model of the user's own (a GRU, its carry one array, not the LSTM's pair)
-    acts on a Ray worker as jaxflow's LSTM does: two fragments replay from their stored states."""
+    acts on a Ray worker as jaxflow's LSTM does: two fragments replay from their stored states,
+    and an iteration trains on its sequences."""
     algo = ray_ppo(model=GRUActorCritic(2, size=GRU))
     try:
         assert isinstance(algo.policy.network, GRUActorCritic)
@@ -95,8 +99,10 @@ def test_a_users_gru_on_a_ray_worker_replays_from_its_stored_start_state(ray_loc
         fragments = [ray.get(worker.sample.remote()) for _ in range(2)]
         assert fragments[0].data["policy_state"].shape == (B, GRU)
         assert_fragments_replay(algo, fragments)
+        result = algo.train()
     finally:
         algo.stop()
+    assert result["env_steps_trained"] > 0 and np.isfinite(result["learner"]["loss"])
 
 
 def test_impala_trains_a_recurrent_policy_from_ray_workers_fragments(ray_local):
