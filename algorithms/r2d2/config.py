@@ -112,7 +112,9 @@ class R2D2Config(OffPolicyConfig):
             f"{name}.n_step ({self.n_step}) must be below trace_length ({self.trace_length}).",
         )
         require(
-            self.model is None, f"{name}.model: R2D2 builds its own LSTM Q-network; model={self.model!r} is not taken."
+            self.model is None,
+            f"{name}.model: R2D2's recurrent Q-network takes no custom model yet (model={self.model!r}); "
+            "a recurrent model of your own trains PPO, A2C, IMPALA and APPO (with use_lstm=True).",
         )
 
 

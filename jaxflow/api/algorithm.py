@@ -163,7 +163,7 @@ class Algorithm:
 
         A recurrent policy (``use_lstm``) returns ``(actions, state)``: pass that state back
         with the next observations of the same ``B`` episodes; ``state=None`` starts ``B`` new
-        episodes (the zero state). A feed-forward policy returns the actions alone and takes no state.
+        episodes (the network's ``initial_carry``, zeros for jaxflow's LSTM). A feed-forward policy returns the actions alone and takes no state.
 
         >>> algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=0)  # doctest: +SKIP
         >>> algo.compute_actions(np.zeros((2, 4), np.float32))              # doctest: +SKIP

@@ -53,9 +53,10 @@ class CommonConfig(StrictKeywords):
     """Keyword arguments of ``model``."""
     use_lstm: bool = False
     """A recurrent policy: an LSTM of ``lstm_size`` units after the MLP torso, its state
-    carried across steps and reset where an episode starts (see :mod:`jaxflow.networks.recurrent`)."""
+    carried across steps and reset where an episode starts (see :mod:`jaxflow.networks.recurrent`);
+    with ``model``, that model is the recurrent network (see :mod:`jaxflow.networks.models`)."""
     lstm_size: int = param(64, POSITIVE)
-    """Units of the LSTM (``use_lstm``)."""
+    """Units of jaxflow's LSTM (``use_lstm`` without ``model``)."""
     state_dependent_std: bool = False
     """Box actions: the Gaussian's log-std is an output of the network (else one learned parameter per action dimension)."""
     metrics_num_episodes: int = param(100, POSITIVE)
@@ -122,10 +123,6 @@ class CommonConfig(StrictKeywords):
         require(
             self.mode == "auto" or self.mode in modes,
             f"{name}.use_lstm=True trains in {' or '.join(modes)} mode only so far, not mode={self.mode!r}.",
-        )
-        require(
-            self.model is None,
-            f"{name}.use_lstm=True builds jaxflow's LSTM network; it cannot be combined with model={self.model!r} yet.",
         )
         require(
             self.num_learners == 1,

@@ -26,24 +26,24 @@ from jaxflow.policies.policy import Policy, q_value_outputs
 def actor_critic_policy(config: Any, obs_space: gymnasium.Space, action_space: gymnasium.Space) -> Policy:
     """An actor-critic network (convolutional for frame stacks, else an MLP of
     ``config.hidden_sizes``) and the action space's distribution (a ``Box``: a Gaussian,
-    its log-std state-dependent if ``config.state_dependent_std``); with ``config.use_lstm`` a
-    recurrent one (:class:`~jaxflow.networks.recurrent.LSTMActorCritic`)."""
+    its log-std state-dependent if ``config.state_dependent_std``), or ``config.model``; with
+    ``config.use_lstm`` a recurrent one (:class:`~jaxflow.networks.recurrent.LSTMActorCritic`,
+    or the model, then recurrent itself: :mod:`jaxflow.networks.models`)."""
     distribution = distribution_for(action_space, "gaussian", config.state_dependent_std)
     obs_shape = tuple(obs_space.shape or ())
     masked = isinstance(obs_space, MaskedBox)
-    if config.use_lstm:
-        return Policy(
-            _lstm_network(config, obs_shape, distribution), distribution, obs_shape, action_mask=masked, recurrent=True
-        )
     if config.model:
         network = build_model(config.model, config.model_config, distribution.num_inputs)
         expected = ((2, distribution.num_inputs), (2,))
-        check_outputs(config.model, network, obs_shape, expected, f"(distribution inputs, value) for {config.env}")
+        what = f"(distribution inputs, value) for {config.env}"
+        check_outputs(config.model, network, obs_shape, expected, what, recurrent=config.use_lstm)
+    elif config.use_lstm:
+        network = _lstm_network(config, obs_shape, distribution)
     else:
         network = actor_critic_network(
             obs_shape, distribution.num_inputs, config.hidden_sizes, config.conv_torso, distribution.num_free_inputs
         )
-    return Policy(network, distribution, obs_shape, action_mask=masked)
+    return Policy(network, distribution, obs_shape, action_mask=masked, recurrent=config.use_lstm)
 
 
 def _lstm_network(config: Any, obs_shape: tuple[int, ...], distribution: Any) -> LSTMActorCritic:

@@ -14,8 +14,9 @@ greedy evaluation, and a Q-policy's ``max_a Q`` over legal actions only.
 
 A recurrent policy is the same object with ``recurrent`` set: its network is one time step
 ``(state, obs) -> (state, output)`` and has ``initial_carry(batch_size)``
-(:class:`~jaxflow.networks.recurrent.LSTMActorCritic`). :meth:`Policy.step` acts one step,
-the state first reset to zeros where an episode starts; :meth:`Policy.unroll` scans ``step``
+(:class:`~jaxflow.networks.recurrent.LSTMActorCritic`, or a user's model: the state any pytree
+of ``[B, ...]`` arrays, :mod:`jaxflow.networks.models`). :meth:`Policy.step` acts one step,
+the state first reset to ``initial_carry``'s where an episode starts; :meth:`Policy.unroll` scans ``step``
 over a time-major ``[T, B]`` sequence from a stored start state. A feed-forward policy's
 state is ``None``; acting code passes the state along without looking inside.
 """
@@ -153,9 +154,12 @@ class Policy:
 
     def reset_state(self, state: Any, episode_starts: Array) -> Any:
         """``state`` with the rows of newly started episodes (``episode_starts [B]`` True) set
-        to zeros, the initial state (None stays None: feed-forward)."""
+        to :meth:`initial_state`'s (None stays None: feed-forward)."""
+        if state is None:
+            return None
+        initial = self.initial_state(episode_starts.shape[0])
         return jax.tree.map(
-            lambda s: jnp.where(episode_starts.reshape((-1,) + (1,) * (s.ndim - 1)), jnp.zeros_like(s), s), state
+            lambda s, z: jnp.where(episode_starts.reshape((-1,) + (1,) * (s.ndim - 1)), z, s), state, initial
         )
 
     def step(

@@ -4,7 +4,7 @@ A recurrent policy (:attr:`~jaxflow.policies.Policy.recurrent`) acts on a worker
 :meth:`~jaxflow.policies.Policy.step_packed`, one compiled call per step whose new state stays
 on the device. :class:`EnvMemory` keeps, for each group of environments, the state reached
 before the group's current observation and whether that observation is an episode's first
-(the state is then reset to zeros before the step reads it), so a fragment can send what
+(the state is then reset to the initial one before the step reads it), so a fragment can send what
 device mode's rollout records (:mod:`jaxflow.policies.sequences`): the state at its first
 step and ``episode_starts [T, B]``.
 """

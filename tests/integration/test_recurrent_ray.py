@@ -4,56 +4,77 @@ and ``compute_actions`` carries the state it returns."""
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import ray
+from user_models import GRUActorCritic
 
 from jaxflow import Algorithm
 from jaxflow.envs.stateless import STATELESS_CARTPOLE
 from jaxflow.policies.sequences import policy_outputs
 
-T, B, LSTM = 16, 2, 8
+T, B, LSTM, GRU = 16, 2, 8, 6
 EPISODE = 7
 """Steps before the time limit: two or three episodes start inside each 16-step fragment."""
 
 
-def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local):
-    """Three consecutive fragments of one Ray worker (2 envs, 7-step episodes): unrolling the
-    policy over each from its ``policy_state``, reset at its ``episode_starts``, gives the
-    sampled log-probabilities and values to 1e-5; the state it ends in is the next fragment's
-    start state, from which its last value target bootstraps, and episodes start inside the fragments. ``compute_actions`` returns the state
-    its greedy step reached and takes it back; the learner's warm-up compiled the update for
-    the sequence batch training then gives it."""
-    algo = Algorithm.build(
-        "PPO", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, lstm_size=LSTM, hidden_sizes=(16,),
-        num_workers=1, num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B,
-        minibatch_size=T, env_config={"max_steps_in_episode": EPISODE}, seed=0,
+def ray_ppo(**settings) -> Algorithm:
+    """Recurrent PPO on one Ray worker of 2 envs whose episodes end after 7 steps."""
+    return Algorithm.build(
+        "PPO", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, hidden_sizes=(16,), num_workers=1,
+        num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B, minibatch_size=T,
+        env_config={"max_steps_in_episode": EPISODE}, seed=0, **settings,
     )  # fmt: skip
+
+
+def assert_fragments_replay(algo: Algorithm, fragments: list) -> None:
+    """Consecutive fragments of the run's one worker (sampled with the learner's weights)
+    replay: unrolling the policy over each from its ``policy_state`` (any pytree), reset at
+    its ``episode_starts``, gives the sampled log-probabilities and values to 1e-5; the state
+    it ends in is the next fragment's start state, from which its last value target
+    bootstraps; episodes start inside the fragments."""
+    policy, params = algo.policy, algo.learner.get_weights()
+    outputs, unroll = jax.jit(functools.partial(policy_outputs, policy)), jax.jit(policy.unroll)  # once per shape
+    first = fragments[0].data
+    initial = jax.tree.leaves(policy.initial_state(B))
+    for s, want in zip(jax.tree.leaves(first["policy_state"]), initial, strict=True):
+        np.testing.assert_array_equal(s, want)
+    assert first["episode_starts"][0].all()
+    state, previous, bootstrapped = first["policy_state"], None, 0
+    for fragment in fragments:
+        data = fragment.data
+        for s, want in zip(jax.tree.leaves(data["policy_state"]), jax.tree.leaves(state), strict=True):
+            np.testing.assert_allclose(s, want, atol=1e-5)  # carried across fragments
+        inputs, values, flat = outputs(params, fragment.train_arrays())
+        np.testing.assert_allclose(policy.distribution.log_prob(inputs, flat["actions"]), flat["logp"], atol=1e-5)
+        np.testing.assert_allclose(values, flat["values"], atol=1e-5)
+        if previous is not None:  # its last value bootstrapped from the state its episodes reached
+            on = ~data["episode_starts"][0]  # episodes going on into this fragment
+            v = policy.value_after(params, state, jnp.asarray(data["obs"][0]))
+            # GAE's last target: reward 1 (CartPole) + gamma * the bootstrap value.
+            want = 1.0 + algo.config.gamma * np.asarray(v)
+            np.testing.assert_allclose(previous["value_targets"][-1][on], want[on], atol=1e-4)
+            bootstrapped += int(on.sum())
+        state, _, _ = unroll(params, data["policy_state"], data["obs"], data["episode_starts"])
+        assert data["episode_starts"][1:].sum() >= B  # at least one reset inside per env
+        previous = data
+    assert bootstrapped > 0
+
+
+def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local):
+    """Three consecutive fragments of one Ray worker replay from their stored start states
+    (:func:`assert_fragments_replay`). ``compute_actions`` returns the state its greedy step
+    reached and takes it back; the learner's warm-up compiled the update for the sequence
+    batch training then gives it."""
+    algo = ray_ppo(lstm_size=LSTM)
     try:
         [(_, worker)] = algo.workers.live()
         fragments = [ray.get(worker.sample.remote()) for _ in range(3)]
-        policy, params = algo.policy, algo.learner.get_weights()  # the weights the worker acted with
-        first = fragments[0].data
-        assert all(float(np.abs(s).max()) == 0.0 for s in first["policy_state"]) and first["episode_starts"][0].all()
-        state, previous, bootstrapped = first["policy_state"], None, 0
-        for fragment in fragments:
-            data = fragment.data
-            for s, want in zip(data["policy_state"], state, strict=True):  # carried across fragments
-                np.testing.assert_allclose(s, want, atol=1e-5)
-            inputs, values, flat = policy_outputs(policy, params, fragment.train_arrays())
-            np.testing.assert_allclose(policy.distribution.log_prob(inputs, flat["actions"]), flat["logp"], atol=1e-5)
-            np.testing.assert_allclose(values, flat["values"], atol=1e-5)
-            if previous is not None:  # its last value bootstrapped from the state its episodes reached
-                on = ~data["episode_starts"][0]  # episodes going on into this fragment
-                v = policy.value_after(params, state, jnp.asarray(data["obs"][0]))
-                # GAE's last target: reward 1 (CartPole) + gamma * the bootstrap value.
-                want = 1.0 + algo.config.gamma * np.asarray(v)
-                np.testing.assert_allclose(previous["value_targets"][-1][on], want[on], atol=1e-4)
-                bootstrapped += int(on.sum())
-            state, _, _ = policy.unroll(params, data["policy_state"], data["obs"], data["episode_starts"])
-            assert data["episode_starts"][1:].sum() >= B  # at least one reset inside per env
-            previous = data
-        assert bootstrapped > 0
+        assert_fragments_replay(algo, fragments)
+        policy, params = algo.policy, algo.learner.get_weights()
         obs = np.asarray(fragments[-1].data["obs"][:2, 0])  # two steps of one episode
         actions, carried = algo.compute_actions(obs[:1])
         again, _ = algo.compute_actions(obs[1:], state=carried)
@@ -65,6 +86,23 @@ def test_a_ray_workers_fragments_replay_from_their_stored_start_state(ray_local)
         assert algo.learner._update._cache_size() == 1  # warmed up on the sequence batch training sees
     finally:
         algo.stop()
+
+
+def test_a_users_gru_on_a_ray_worker_replays_from_its_stored_start_state(ray_local):
+    """A recurrent model of the user's own (a GRU, its carry one array, not the LSTM's pair)
+    acts on a Ray worker as jaxflow's LSTM does: two fragments replay from their stored states,
+    and an iteration trains on its sequences."""
+    algo = ray_ppo(model=GRUActorCritic(2, size=GRU))
+    try:
+        assert isinstance(algo.policy.network, GRUActorCritic)
+        [(_, worker)] = algo.workers.live()
+        fragments = [ray.get(worker.sample.remote()) for _ in range(2)]
+        assert fragments[0].data["policy_state"].shape == (B, GRU)
+        assert_fragments_replay(algo, fragments)
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["env_steps_trained"] > 0 and np.isfinite(result["learner"]["loss"])
 
 
 def test_impala_trains_a_recurrent_policy_from_ray_workers_fragments(ray_local):

@@ -3,10 +3,13 @@ checked against the algorithm's contract when the policy is built."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import gymnasium
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxflow import ConfigError, RolloutWorker, WorkerSpec, envs, get_algorithm, make_config, register_model
@@ -124,3 +127,75 @@ def test_nan_outputs_of_a_model_stop_the_worker_on_that_step_naming_the_model():
                 worker.sample()
     finally:
         worker.close()
+
+
+GRU = "user_models:GRUActorCritic"
+
+
+def test_a_recurrent_model_is_checked_against_its_carry_and_outputs():
+    """With use_lstm=True a model is recurrent: a GRU whose carry is one array builds a
+    recurrent policy; a carry that comes back wider, a model without initial_carry, and a
+    recurrent model without use_lstm are each refused in one line naming the model."""
+    policy = ppo_policy(gymnasium.spaces.Discrete(2), model=GRU, model_config={"num_outputs": 2}, use_lstm=True)
+    params = policy.init(jax.random.PRNGKey(0))
+    state, inputs, value = policy.step(params, policy.initial_state(3), jnp.ones((3, 4)), jnp.ones(3, bool))
+    assert policy.recurrent and state.shape == (3, 8) and inputs.shape == (3, 2) and value.shape == (3,)
+    refusals = [
+        ("user_models:GrowingCarry", True, r"takes the carry float32\[2, 8\] \(initial_carry\(2\)\) and returns "
+         r"float32\[2, 9\]; expected the same structure, shapes and dtypes"),
+        (f"{__name__}:TwoHeads", True, r"has no initial_carry\(batch_size\): with use_lstm=True a model is recurrent"),
+        (GRU, False, r"fails on observations .* \(it has initial_carry: a recurrent model trains with use_lstm=True\)"),
+    ]  # fmt: skip
+    for model, use_lstm, match in refusals:
+        with pytest.raises(ConfigError, match=f"^Model {model!r} {match}") as e:
+            ppo_policy(gymnasium.spaces.Discrete(2), model=model, model_config={"num_outputs": 2}, use_lstm=use_lstm)
+        assert "\n" not in str(e.value)
+
+
+class OnesCarry(nn.Module):
+    """A carry whose new episodes start from ones, not zeros."""
+
+    def initial_carry(self, batch_size: int) -> jax.Array:
+        return jnp.ones((batch_size, 2), jnp.float32)
+
+
+def test_a_reset_returns_a_row_to_the_models_initial_carry():
+    policy = PPO.policy(make_config(PPO.config_cls, env="CartPole-v1"), OBS, gymnasium.spaces.Discrete(2))
+    policy = dataclasses.replace(policy, network=OnesCarry(), recurrent=True)
+    state = policy.reset_state(jnp.full((3, 2), 5.0), jnp.array([False, True, False]))
+    np.testing.assert_array_equal(state, [[5.0, 5.0], [1.0, 1.0], [5.0, 5.0]])
+
+
+def test_a_users_gru_trains_ppo_in_device_mode_and_restores_with_its_state(tmp_path):
+    """One compiled call of device-mode PPO with the GRU; the checkpoint restores the same
+    parameters and each env's carry, and compute_actions carries the GRU's state: two greedy
+    steps from it equal the policy's own greedy_step from the initial carry."""
+    from jaxflow import Algorithm
+
+    algo = Algorithm.build(
+        "PPO", env="jaxflow/StatelessCartPole-v1", model=GRU, model_config={"num_outputs": 2}, use_lstm=True,
+        num_envs=4, rollout_fragment_length=16, minibatch_size=32, iterations_per_call=1,
+    )  # fmt: skip
+    try:
+        result = algo.train()
+        path = algo.save(str(tmp_path))
+        before = jax.device_get((algo.program.state.train.params, algo.program.state.envs.policy_state))
+    finally:
+        algo.stop()
+    assert algo.mode == "device" and jnp.isfinite(result["learner"]["loss"]) and np.abs(before[1]).sum() > 0
+    restored = Algorithm.restore(path)
+    try:
+        after = jax.device_get((restored.program.state.train.params, restored.program.state.envs.policy_state))
+        assert jax.tree.structure(after) == jax.tree.structure(before)
+        for a, b in zip(jax.tree.leaves(after), jax.tree.leaves(before), strict=True):
+            np.testing.assert_array_equal(a, b)
+        policy, params = restored.policy, jax.tree.map(lambda x: x[0], after[0])
+        obs = np.array([[0.1, -0.2], [0.0, 0.05]], np.float32)
+        actions, state = restored.compute_actions(obs)
+        again, state = restored.compute_actions(obs[::-1], state=state)
+        want_state, want = policy.greedy_step(params, policy.initial_state(2), jnp.asarray(obs))
+        want_state, want_again = policy.greedy_step(params, want_state, jnp.asarray(obs[::-1]))
+        assert state.shape == (2, 8) and actions.tolist() == want.tolist() and again.tolist() == want_again.tolist()
+        np.testing.assert_allclose(state, want_state, atol=1e-6)
+    finally:
+        restored.stop()

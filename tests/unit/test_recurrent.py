@@ -174,7 +174,7 @@ def test_device_mode_trains_on_whole_sequences_whose_stored_state_reproduces_the
         ("DDPPO", {}, "DDPPO has no recurrent policy yet"),
         ("A2C", {"mode": "device"}, "trains in ray mode only so far, not mode='device'"),
         ("PPO", {"num_learners": 2}, "trains with one learner so far, not num_learners=2"),
-        ("PPO", {"model": "x:Y"}, "cannot be combined with model"),
+        ("R2D2", {"model": "x:Y"}, "R2D2's recurrent Q-network takes no custom model yet"),
         ("PPO", {"minibatch_size": 16, "rollout_fragment_length": 32}, "must be >= rollout_fragment_length"),
     ],
 )
