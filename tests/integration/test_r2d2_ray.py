@@ -20,7 +20,7 @@ import ray
 from jaxflow import Algorithm
 from jaxflow.algorithms import r2d2
 from jaxflow.algorithms.r2d2 import SequenceShard
-from jaxflow.api import checkpoint, cli
+from jaxflow.api import checkpoint_state, cli
 from jaxflow.replay.saved import RECORD_KEY, shard_path
 
 SHORT = dict(
