@@ -94,3 +94,9 @@ def ray_cluster():
         cluster.shutdown()
         if had_local:
             start_local_ray()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The learning tests (the longest) first, in their order, then the rest: pytest-xdist's
+    two processes then share out short tests at the end, and neither waits alone on a long one."""
+    items.sort(key=lambda item: item.get_closest_marker("learning") is None)
