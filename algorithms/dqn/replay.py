@@ -39,9 +39,13 @@ def make_replay(
     )
     if replay_in_driver(config):
         return LocalReplay(**shard)
-    return ReplayShards(
-        config.num_replay_shards,
-        **shard,
+    return ReplayShards(config.num_replay_shards, **shard, **shard_actors(config))
+
+
+def shard_actors(config: Any) -> dict[str, Any]:
+    """How a run's shard actors start and come back (``ReplayShards``' ``on_failure``,
+    ``placement`` and ``placement_timeout_s``), from its config's rollout and shard settings."""
+    return dict(
         on_failure="restart" if config.rollout.on_worker_failure == "restart" else "raise",
         placement=Placement(
             config.num_cpus_per_replay_shard,

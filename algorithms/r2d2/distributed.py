@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflow import Placement, ReplayShards, envs
+from jaxflow import ReplayShards, envs
 from jaxflow.algorithms.apex import plan as apex_plan
+from jaxflow.algorithms.dqn.replay import shard_actors
 from jaxflow.algorithms.r2d2.config import R2D2Config
 from jaxflow.algorithms.r2d2.program import STORED_FIELDS, r2d2_policy
 from jaxflow.algorithms.r2d2.replay import SequenceReplayState, sequence_buffer
@@ -235,13 +236,7 @@ def make_sequence_replay(config: R2D2Config) -> ReplayShards:
         samples_per_insert=per_step,
         min_size_to_sample=max(1, config.learning_starts),
         error_buffer=slack,
-        on_failure="restart" if config.rollout.on_worker_failure == "restart" else "raise",
-        placement=Placement(
-            config.num_cpus_per_replay_shard,
-            resources=config.custom_resources_per_replay_shard,
-            strategy=config.rollout.placement_strategy,
-        ),
-        placement_timeout_s=config.rollout.placement_timeout_s,
+        **shard_actors(config),
         shard_cls=SequenceShard,
         shard_options=shard_options(config),
     )

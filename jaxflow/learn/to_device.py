@@ -28,7 +28,7 @@ from jaxflow.learn.learner import Learner
 from jaxflow.rollout.batch import train_arrays
 
 if TYPE_CHECKING:
-    from jaxflow.replay.shard import ReplaySource
+    from jaxflow.replay.replayed import ReplaySource
     from jaxflow.rollout.batch import Batch
 
 

@@ -20,7 +20,7 @@ from jaxflow.dataflow.actors import ParallelIterator
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator, Operator, from_iterator
 from jaxflow.ops.metrics import Context
 from jaxflow.replay.local import LocalReplay
-from jaxflow.replay.shard import ReplayBatch
+from jaxflow.replay.replayed import ReplayBatch
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import Batch
 

@@ -4,7 +4,8 @@ driver's process), a buffer on the device."""
 from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
 from jaxflow.replay.local import LocalReplay, replay_in_driver
 from jaxflow.replay.on_device import DeviceReplayState
-from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError, ReplaySource
+from jaxflow.replay.replayed import ReplayBatch, ReplaySource
+from jaxflow.replay.shard import ReplayShard, ReplayShardError
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.replay.stacks import encode_stacks
 from jaxflow.replay.sum_tree import SumTree

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from jaxflow.dataflow import placement
+from jaxflow.replay.replayed import ReplayBatch
 from jaxflow.replay.saved import RECORD_KEY, check_fits, read_bytes, shard_path, summary, write_atomic
-from jaxflow.replay.shard import ReplayBatch, ReplayShard
+from jaxflow.replay.shard import ReplayShard
 
 
 def replay_in_driver(config: Any) -> bool:

@@ -17,62 +17,16 @@ import json
 import logging
 import threading
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from jaxflow.dataflow import placement
 from jaxflow.replay import transitions
 from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
+from jaxflow.replay.replayed import ReplayBatch
 
 log = logging.getLogger(__name__)
-
-
-class ReplayBatch(NamedTuple):
-    """Items drawn from one shard, with what is needed to update their priorities later."""
-
-    data: dict[str, np.ndarray]
-    """``{field: [batch_size, ...]}``."""
-    indices: np.ndarray
-    """Slots in the shard's buffer, for ``update_priorities``."""
-    weights: np.ndarray
-    """float32 importance weights in (0, 1]."""
-    shard: int
-    """Index of the shard the items came from."""
-    generation: int = 0
-    """Which incarnation of that shard: a restarted shard ignores priorities for an earlier one's slots."""
-
-    # The Batch protocol (jaxflow.rollout.batch): replayed items are trained on, not new env steps.
-    @property
-    def env_steps(self) -> int:
-        return 0
-
-    @property
-    def weights_version(self) -> int:
-        return -1
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.indices)
-
-    @property
-    def replay_source(self) -> ReplaySource:
-        return ReplaySource(self.shard, self.indices, self.generation)
-
-    def train_arrays(self) -> dict[str, np.ndarray]:
-        """Its fields plus the importance ``weights``."""
-        return dict(self.data, weights=self.weights)
-
-    def replay_rows(self) -> dict[str, np.ndarray]:
-        return self.data
-
-
-class ReplaySource(NamedTuple):
-    """Where replayed items lie: a shard, its slots, and the shard's incarnation."""
-
-    shard: int
-    indices: np.ndarray
-    generation: int
 
 
 class ReplayShardError(RuntimeError):

@@ -13,7 +13,7 @@ from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
 from jaxflow.replay.buffer import ReplayRows
 
 if TYPE_CHECKING:
-    from jaxflow.replay.shard import ReplaySource
+    from jaxflow.replay.replayed import ReplaySource
 
 
 class Batch(Protocol):

@@ -18,8 +18,9 @@ from jaxflow.ops.replay_ops import (
     StoreToReplay,
     UpdatePriorities,
 )
+from jaxflow.replay.replayed import ReplayBatch
 from jaxflow.replay.saved import check_fits, check_record
-from jaxflow.replay.shard import ReplayBatch, ReplayShard, ReplayShardError
+from jaxflow.replay.shard import ReplayShard, ReplayShardError
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import SampleBatch
 
