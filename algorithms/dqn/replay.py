@@ -29,7 +29,16 @@ def make_replay(
     """The replay shards, splitting ``buffer_size`` evenly; a rate limiter if ``samples_per_insert``
     is set. In the driver's process where nothing else reads or writes it (``replay_in_driver``:
     ``num_workers=0``, one shard asking for no resources): the same shard, called directly."""
-    shard = dict(
+    shard = shard_settings(config, samples_per_insert, error_buffer)
+    if replay_in_driver(config):
+        return LocalReplay(**shard)
+    return ReplayShards(config.num_replay_shards, **shard, **shard_actors(config))
+
+
+def shard_settings(config: Any, samples_per_insert: float | None, error_buffer: float) -> dict[str, Any]:
+    """Each shard's buffer and rate limiter (``ReplayShard``'s arguments) from the config's
+    replay settings, with the limiter's ratio and slack as the algorithm counts them."""
+    return dict(
         capacity=config.replay_shard_capacity,
         alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
         seed=config.seed,
@@ -37,9 +46,6 @@ def make_replay(
         min_size_to_sample=max(1, config.learning_starts),
         error_buffer=error_buffer,
     )
-    if replay_in_driver(config):
-        return LocalReplay(**shard)
-    return ReplayShards(config.num_replay_shards, **shard, **shard_actors(config))
 
 
 def shard_actors(config: Any) -> dict[str, Any]:

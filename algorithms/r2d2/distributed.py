@@ -25,7 +25,7 @@ import numpy as np
 
 from jaxflow import ReplayShards, envs
 from jaxflow.algorithms.apex import plan as apex_plan
-from jaxflow.algorithms.dqn.replay import shard_actors
+from jaxflow.algorithms.dqn.replay import shard_actors, shard_settings
 from jaxflow.algorithms.r2d2.config import R2D2Config
 from jaxflow.algorithms.r2d2.program import STORED_FIELDS, r2d2_policy
 from jaxflow.algorithms.r2d2.replay import SequenceReplayState, sequence_buffer
@@ -230,12 +230,7 @@ def make_sequence_replay(config: R2D2Config) -> ReplayShards:
     slack = per_step * fragment + config.distributed.replay_batch_size
     return ReplayShards(
         config.num_replay_shards,
-        capacity=config.replay_shard_capacity,
-        alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
-        seed=config.seed,
-        samples_per_insert=per_step,
-        min_size_to_sample=max(1, config.learning_starts),
-        error_buffer=slack,
+        **shard_settings(config, per_step, slack),
         **shard_actors(config),
         shard_cls=SequenceShard,
         shard_options=shard_options(config),
