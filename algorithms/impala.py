@@ -46,6 +46,7 @@ Array = jax.Array
 class IMPALAConfig(CommonConfig):
     """IMPALA settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
+    learner_group = True
     loss_fields: ClassVar[tuple[str, ...]] = ("vf_coef", "ent_coef")
     recurrent_modes: ClassVar[tuple[str, ...]] = ("ray",)
 

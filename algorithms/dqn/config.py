@@ -16,6 +16,7 @@ AT_LEAST_TWO = Check(low=2)
 class DQNConfig(OffPolicyConfig):
     """DQN settings (plus :class:`~jaxflow.config.OffPolicyConfig`'s replay settings)."""
 
+    learner_group = True
     loss_fields = ("huber_delta",)
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=1, rollout_fragment_length=16))

@@ -13,6 +13,9 @@ from jaxflow.config.schedules import float_fields, perturbable, validate_schedul
 RECURRENT_SUPPORT = "PPO (device and Ray mode), A2C, IMPALA and APPO (Ray mode), and R2D2 (device and Ray mode)"
 """Where ``use_lstm`` trains, as a refusal names it (each config's ``recurrent_modes``)."""
 
+LEARNER_GROUP_SUPPORT = "PPO, A2C, IMPALA, APPO, DQN, Ape-X and Rainbow"
+"""Where ``num_learners > 1`` trains, as a refusal names it (each config's ``learner_group``)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class CommonConfig(StrictKeywords):
@@ -103,7 +106,7 @@ class CommonConfig(StrictKeywords):
         require(
             self.num_learners == 1 or self.learner_group,
             f"{type(self).__name__}.num_learners={self.num_learners}: this algorithm trains with one learner; "
-            "num_learners > 1 is for PPO and A2C.",
+            f"num_learners > 1 is for {LEARNER_GROUP_SUPPORT}.",
         )
         require(
             not (self.rollout.sample_async and self.on_policy),

@@ -7,7 +7,10 @@ Every update runs the same compiled ``sgd_update`` in all of them at once; XLA a
 gradients across processes (gloo on the CPU), so the group's update equals the
 single-process update on the concatenation of the processes' rows, in process order.
 The group has the ``Learner``'s interface, so the plans' operators (``TrainOneStep``,
-``BroadcastWeights``, ``UpdateTargetNetwork``) and checkpoints use it unchanged.
+``BroadcastWeights``, ``UpdateTargetNetwork``), the learner thread of IMPALA, APPO and Ape-X,
+and checkpoints use it unchanged. ``ToDevice`` in front of a group places each process's rows
+in the object store ahead of the update (:meth:`LearnerGroup.place`), where the process
+fetches them itself.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -29,6 +32,16 @@ from jaxflow.learn.thread import LearnerThread
 from jaxflow.rollout.batch import train_arrays
 
 
+class GroupRows(NamedTuple):
+    """A global batch already split for a group: each process's rows as an object in Ray's
+    object store, which that process fetches from wherever it lies."""
+
+    parts: tuple[ray.ObjectRef, ...]
+    """Process ``i``'s rows ``{field: [n_i, ...]}``."""
+    num_samples: int
+    """Rows of all processes together."""
+
+
 class GroupMember:
     """What each learner process hosts: a ``Learner`` over the global mesh, answering an
     update with its metrics and the version it reached."""
@@ -37,14 +50,18 @@ class GroupMember:
         del process_id  # every member is alike
         self.learner = make_learner(devices=jax.devices())
 
-    def update(self, batch: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], int]:
-        return self.learner.update(batch), self.learner.version
+    def update(self, batch: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], int, int]:
+        """This process's rows of one update; its metrics, the version and target updates reached."""
+        return self.learner.update(batch), self.learner.version, self.learner.target_updates
 
     def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:
         self.learner.warm_up(batch)
 
     def update_target(self, fraction: float) -> None:
         self.learner.update_target(fraction)
+
+    def follow_target(self, target_update_period: int, tau: float) -> None:
+        self.learner.follow_target(target_update_period, tau)
 
     def apply_gradients(self, grads: Any) -> None:
         self.learner.apply_gradients(grads)
@@ -72,6 +89,8 @@ class LearnerGroup:
         self.processes, self.local_devices = start_jax_processes(num_learners, placement.options())
         host(self.processes, functools.partial(GroupMember, make_learner))
         self._version = 0
+        self.target_updates = 0
+        """Target updates made by :meth:`follow_target`'s rule so far (the same in every process)."""
         self.thread: LearnerThread | None = None
 
     @property
@@ -103,9 +122,16 @@ class LearnerGroup:
     def _broadcast(self, method: str, *args: Any) -> list[Any]:
         return self._on_all(method, *([a] * len(self.processes) for a in args))
 
-    def update(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        """One SGD update on a flat global batch; returns the metrics as ``Learner.update`` does."""
-        (metrics, self._version), *_ = self._on_all("update", self.split(batch))
+    def place(self, batches: Sequence[Mapping[str, Any]]) -> list[GroupRows]:
+        """Flat global batches split and put in the object store, each process's rows apart
+        (what ``ToDevice`` does ahead of a group's updates)."""
+        return [GroupRows(tuple(ray.put(rows) for rows in self.split(b)), len(next(iter(b.values())))) for b in batches]
+
+    def update(self, batch: Mapping[str, Any] | GroupRows) -> dict[str, Any]:
+        """One SGD update on a flat global batch (or one already placed); returns the metrics
+        as ``Learner.update`` does."""
+        parts = batch.parts if isinstance(batch, GroupRows) else self.split(batch)
+        (metrics, self._version, self.target_updates), *_ = self._on_all("update", parts)
         return metrics
 
     def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:
@@ -113,6 +139,11 @@ class LearnerGroup:
 
     def update_target(self, fraction: float = 1.0) -> None:
         self._broadcast("update_target", fraction)
+
+    def follow_target(self, target_update_period: int, tau: float = 1.0) -> None:
+        """Every process moves its target network by :meth:`Learner.follow_target`'s rule,
+        inside the updates it falls due in."""
+        self._broadcast("follow_target", target_update_period, tau)
 
     def apply_gradients(self, grads: Any) -> None:
         self._broadcast("apply_gradients", ray.put(grads))

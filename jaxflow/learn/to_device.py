@@ -8,7 +8,9 @@ stacks ``num_stack`` of them into one buffer per field, places each buffer with 
 ``jax.device_put`` already sharded for the learner's devices (leading batch axis over
 the mesh), and keeps at most ``prefetch`` transfers ready, so the next batches are on
 their way while the learner trains on the current one (double buffering with
-``prefetch=2``).
+``prefetch=2``). In front of a :class:`~jaxflow.learn.group.LearnerGroup` the same thread
+splits each batch into the learner processes' rows and puts them in the object store, from
+where each process fetches its own.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator
 from jaxflow.dataflow.producer import Producer, ProducerError
+from jaxflow.learn.group import GroupRows, LearnerGroup
 from jaxflow.learn.learner import Learner
 from jaxflow.rollout.batch import train_arrays
 
@@ -36,22 +39,23 @@ class DeviceBatch(NamedTuple):
     """A train batch already on the learner's devices, and what the host batch it was made
     from said of itself (a :class:`~jaxflow.rollout.batch.Batch` too)."""
 
-    data: dict[str, jax.Array]
-    """``{field: [N, ...]}``, sharded along ``N`` over the learner's devices."""
+    data: dict[str, jax.Array] | GroupRows
+    """``{field: [N, ...]}``, sharded along ``N`` over the learner's devices (a learner
+    group's: each process's rows in the object store)."""
     env_steps: int
     num_samples: int
     weights_version: int
     replay_source: ReplaySource | None
     """Where replayed items came from, for their priority updates."""
 
-    def train_arrays(self) -> dict[str, jax.Array]:
+    def train_arrays(self) -> dict[str, jax.Array] | GroupRows:
         return self.data
 
     def replay_rows(self) -> Any:
         raise TypeError("a DeviceBatch is on the learner's devices; store the host batch it came from")
 
     @staticmethod
-    def of(data: dict[str, jax.Array], host: Batch) -> DeviceBatch:
+    def of(data: dict[str, jax.Array] | GroupRows, host: Batch) -> DeviceBatch:
         return DeviceBatch(data, host.env_steps, host.num_samples, host.weights_version, host.replay_source)
 
 
@@ -61,7 +65,7 @@ class ToDeviceError(RuntimeError):
 
 def ToDevice(
     batches: LocalIterator[Any],
-    learner: Learner,
+    learner: Learner | LearnerGroup,
     to_host: Callable[[Any], Mapping[str, np.ndarray]] = train_arrays,
     num_stack: int = 1,
     prefetch: int = 2,
@@ -134,7 +138,10 @@ def _groups(batches: LocalIterator[Any], size: int) -> Iterator[list[Any]]:
 
 
 def _transfer(
-    learner: Learner, to_host: Callable[[Any], Mapping[str, np.ndarray]], stats: dict[str, Any], items: list[Any]
+    learner: Learner | LearnerGroup,
+    to_host: Callable[[Any], Mapping[str, np.ndarray]],
+    stats: dict[str, Any],
+    items: list[Any],
 ) -> list[DeviceBatch]:
     """One ``device_put`` of ``items``' arrays, sharded along the sample axis over the learner's devices."""
     hosts = [dict(to_host(i)) for i in items]
@@ -144,6 +151,8 @@ def _transfer(
     nbytes = sum(v.nbytes for v in jax.tree.leaves(hosts))
     # One update (atomic under the GIL), so a consumer's snapshot never sees half of it.
     stats.update(bytes=stats["bytes"] + nbytes, transfers=stats["transfers"] + 1)
+    if isinstance(learner, LearnerGroup):
+        return [DeviceBatch.of(rows, item) for rows, item in zip(learner.place(hosts), items)]
     if len(hosts) == 1:  # nothing to stack: no host copy, no slicing on the device
         return [
             DeviceBatch.of(

@@ -86,9 +86,52 @@ def test_ppo_with_two_learners_learns_cartpole_checkpoints_and_restores(ray_loca
         restored.stop()
 
 
+def random_dqn_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A CartPole DQN train batch of ``n`` replayed transitions with importance weights."""
+    return {
+        "obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "next_obs": rng.normal(size=(n, 4)).astype(np.float32),
+        "actions": rng.integers(0, 2, n).astype(np.int32),
+        "rewards": rng.normal(size=n).astype(np.float32),
+        "discounts": rng.choice([0.0, 0.99**3], n).astype(np.float32),
+        "weights": rng.uniform(0.2, 1.0, n).astype(np.float32),
+    }
+
+
+def test_group_update_with_a_target_network_equals_single_process_update(ray_local):
+    """Ape-X's learner in a group, fed as ``ToDevice`` feeds it (each process's rows put in the
+    object store ahead): per-sample TD errors (the new priorities) in the global batch's order,
+    target-network moves and parameters as one process's."""
+    spec = get_algorithm("APEX")
+    config = make_config(spec.config_cls, tau=0.5)
+    _, make_learner = learner_factory(config, spec)
+    single = make_learner()
+    group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5))
+    try:
+        for learner in (single, group):
+            learner.follow_target(target_update_period=2, tau=0.5)  # every other update
+        rng = np.random.default_rng(1)
+        for updates in (1, 2, 3):
+            batch = random_dqn_batch(128, rng)
+            (placed,) = group.place([batch])
+            assert placed.num_samples == 128 and len(placed.parts) == 2
+            expected, got = single.update(batch), group.update(placed)
+            assert group.version == single.version == updates
+            assert group.target_updates == single.target_updates == updates // 2
+            np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
+            assert got["mean_q"] == pytest.approx(expected["mean_q"], abs=TOLERANCE)
+        want, have = single.get_state(), group.get_state()
+        for a, b in zip(jax.tree_util.tree_leaves(want.target_params), jax.tree_util.tree_leaves(have.target_params)):
+            np.testing.assert_allclose(b, a, atol=TOLERANCE)
+        for a, b in zip(jax.tree_util.tree_leaves(want.params), jax.tree_util.tree_leaves(have.params)):
+            np.testing.assert_allclose(b, a, atol=TOLERANCE)
+    finally:
+        group.stop()
+
+
 def test_num_learners_is_refused_where_it_cannot_run():
-    with pytest.raises(ConfigError, match=r"DQNConfig.num_learners=2: this algorithm trains with one learner"):
-        make_config(get_algorithm("DQN").config_cls, num_learners=2)
+    with pytest.raises(ConfigError, match=r"SACConfig.num_learners=2: this algorithm trains with one learner"):
+        make_config(get_algorithm("SAC").config_cls, num_learners=2)
     with pytest.raises(ConfigError, match="num_learners"):
         make_config(get_algorithm("PPO").config_cls, num_learners=0)
     ppo = make_config(get_algorithm("PPO").config_cls, env="gymnax/CartPole-v1", num_learners=2)
