@@ -116,7 +116,7 @@ def train_flow(rollouts, learner, workers, config: A2CConfig):
 
 def plan(workers, learner, config: A2CConfig):
     # all workers sample in lockstep with the current weights, into A2C's sub-flow
-    train = train_flow(ParallelRollouts(workers, mode="bulk_sync"), learner, workers, config)
+    train = train_flow(ParallelRollouts(workers, mode="bulk_sync", to_learner=learner), learner, workers, config)
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 

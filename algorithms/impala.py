@@ -225,16 +225,21 @@ def loss(
     }
 
 
+def sequence_rows(batch: fragments.SampleBatch) -> dict[str, Any]:
+    """The learner's rows of a fragment: its ``B`` sequences ``[B, T, ...]`` (V-trace runs along time)."""
+    return batch_major(batch.data)
+
+
 def plan(workers, learner, config: IMPALAConfig):
     thread = learner.start_thread(inqueue_size=config.learner_queue_size, outqueue_size=config.learner_queue_size)
     # (1) actors sample with whatever weights they have; fragments join into train batches, which
     #     a feeding thread places on the learner's devices ahead of the learner thread
-    batches = ParallelRollouts(workers, mode="async", num_async=config.num_async).combine(
-        ConcatBatches(config.train_batch_size)
+    #     (a learner group's processes fetch the rows from the actors' nodes themselves)
+    rollouts = ParallelRollouts(
+        workers, mode="async", num_async=config.num_async, to_learner=learner, to_host=sequence_rows
     )
-    feed = ToDevice(
-        batches, learner, to_host=lambda batch: batch_major(batch.data), prefetch=config.prefetch_batches
-    ).for_each(Enqueue(thread))
+    batches = rollouts.combine(ConcatBatches(config.train_batch_size))
+    feed = ToDevice(batches, learner, to_host=sequence_rows, prefetch=config.prefetch_batches).for_each(Enqueue(thread))
     # (2) after every broadcast_interval updates, all actors get the new weights (one object-store put)
     update = Dequeue(thread).for_each(BroadcastWeights(learner, workers, every_n=config.broadcast_interval))
     return ReportMetrics(

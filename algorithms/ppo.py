@@ -138,7 +138,7 @@ def train_flow(rollouts, learner, workers, config: PPOConfig):
 
 def plan(workers, learner, config: PPOConfig):
     # all workers sample in lockstep, into PPO's sub-flow
-    train = train_flow(ParallelRollouts(workers, mode="bulk_sync"), learner, workers, config)
+    train = train_flow(ParallelRollouts(workers, mode="bulk_sync", to_learner=learner), learner, workers, config)
     return ReportMetrics(train, workers, config.min_env_steps_per_iteration)
 
 

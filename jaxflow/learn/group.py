@@ -26,6 +26,16 @@ import ray
 
 from jaxflow.dataflow.jax_process import host, start_jax_processes
 from jaxflow.dataflow.placement import Placement
+from jaxflow.dataflow.stored_rows import (
+    BATCHES_LOST,
+    Piece,
+    StoredRows,
+    combine,
+    fetch_rows,
+    moments,
+    pieces,
+    standardized,
+)
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.sgd import TrainState
 from jaxflow.learn.thread import LearnerThread
@@ -49,6 +59,19 @@ class GroupMember:
     def __init__(self, make_learner: Callable[..., Learner], process_id: int):
         del process_id  # every member is alike
         self.learner = make_learner(devices=jax.devices())
+        self._fetched: dict[str, np.ndarray] | None = None
+
+    def fetch(self, mine: list[Piece], fields: tuple[str, ...]) -> dict[str, tuple[int, float, float]] | None:
+        """Fetches this process's stored rows for the next update; the sums of ``fields``
+        (None: some rows are lost)."""
+        self._fetched = fetch_rows(mine)
+        return None if self._fetched is None else moments(self._fetched, fields)
+
+    def update_fetched(self, stats: dict[str, tuple[float, float]]) -> tuple[dict[str, Any], int, int]:
+        """:meth:`update` on the fetched rows, ``stats``' fields standardized by the global mean and std."""
+        assert self._fetched is not None, "fetch comes first"
+        rows, self._fetched = standardized(self._fetched, stats), None
+        return self.update(rows)
 
     def update(self, batch: Mapping[str, np.ndarray]) -> tuple[dict[str, Any], int, int]:
         """This process's rows of one update; its metrics, the version and target updates reached."""
@@ -103,16 +126,19 @@ class LearnerGroup:
         """Optimizer steps so far (the same in every process)."""
         return self._version
 
-    def split(self, batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
-        """Each process's rows of a flat global batch: consecutive blocks in process order,
-        in proportion to its devices."""
-        n = len(next(iter(batch.values())))
+    def shares(self, n: int) -> list[int]:
+        """Each process's rows of a global batch of ``n``: in proportion to its devices."""
         if n % self.num_devices:
             raise ValueError(
                 f"A batch of {n} samples cannot be split evenly over {self.num_devices} devices of "
                 f"{len(self.processes)} learners; choose batch sizes divisible by the device count."
             )
-        bounds = np.cumsum([0] + [n // self.num_devices * d for d in self.local_devices])
+        return [n // self.num_devices * d for d in self.local_devices]
+
+    def split(self, batch: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
+        """Each process's rows of a flat global batch: consecutive blocks in process order,
+        in proportion to its devices."""
+        bounds = np.cumsum([0] + self.shares(len(next(iter(batch.values())))))
         return [{k: np.asarray(v)[a:b] for k, v in batch.items()} for a, b in itertools.pairwise(bounds)]
 
     def _on_all(self, method: str, *per_process: Sequence[Any]) -> list[Any]:
@@ -122,16 +148,24 @@ class LearnerGroup:
     def _broadcast(self, method: str, *args: Any) -> list[Any]:
         return self._on_all(method, *([a] * len(self.processes) for a in args))
 
-    def place(self, batches: Sequence[Mapping[str, Any]]) -> list[GroupRows]:
-        """Flat global batches split and put in the object store, each process's rows apart
+    def place(self, batch: Mapping[str, Any]) -> GroupRows:
+        """A flat global batch split and put in the object store, each process's rows apart
         (what ``ToDevice`` does ahead of a group's updates)."""
-        return [GroupRows(tuple(ray.put(rows) for rows in self.split(b)), len(next(iter(b.values())))) for b in batches]
+        return GroupRows(tuple(ray.put(rows) for rows in self.split(batch)), len(next(iter(batch.values()))))
 
-    def update(self, batch: Mapping[str, Any] | GroupRows) -> dict[str, Any]:
-        """One SGD update on a flat global batch (or one already placed); returns the metrics
-        as ``Learner.update`` does."""
-        parts = batch.parts if isinstance(batch, GroupRows) else self.split(batch)
-        (metrics, self._version, self.target_updates), *_ = self._on_all("update", parts)
+    def update(self, batch: Mapping[str, Any] | GroupRows | StoredRows) -> dict[str, Any]:
+        """One SGD update on a flat global batch (or one already placed, or rows the workers
+        stored: each process fetches its own, then all update); returns the metrics as
+        ``Learner.update`` does."""
+        if isinstance(batch, StoredRows):
+            parts = pieces(batch, self.shares(batch.num_rows))
+            sums = self._on_all("fetch", parts, [batch.standardize] * len(parts))
+            if any(s is None for s in sums):  # all skip it together; none waits in a collective
+                return {BATCHES_LOST: 1.0}
+            replies = self._broadcast("update_fetched", combine(sums))
+        else:
+            replies = self._on_all("update", batch.parts if isinstance(batch, GroupRows) else self.split(batch))
+        (metrics, self._version, self.target_updates), *_ = replies
         return metrics
 
     def warm_up(self, batch: Mapping[str, np.ndarray]) -> None:

@@ -26,6 +26,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator
 from jaxflow.dataflow.producer import Producer, ProducerError
+from jaxflow.dataflow.stored_rows import StoredRows
 from jaxflow.learn.group import GroupRows, LearnerGroup
 from jaxflow.learn.learner import Learner
 from jaxflow.rollout.batch import train_arrays
@@ -39,7 +40,7 @@ class DeviceBatch(NamedTuple):
     """A train batch already on the learner's devices, and what the host batch it was made
     from said of itself (a :class:`~jaxflow.rollout.batch.Batch` too)."""
 
-    data: dict[str, jax.Array] | GroupRows
+    data: dict[str, jax.Array] | GroupRows | StoredRows
     """``{field: [N, ...]}``, sharded along ``N`` over the learner's devices (a learner
     group's: each process's rows in the object store)."""
     env_steps: int
@@ -48,14 +49,14 @@ class DeviceBatch(NamedTuple):
     replay_source: ReplaySource | None
     """Where replayed items came from, for their priority updates."""
 
-    def train_arrays(self) -> dict[str, jax.Array] | GroupRows:
+    def train_arrays(self) -> dict[str, jax.Array] | GroupRows | StoredRows:
         return self.data
 
     def replay_rows(self) -> Any:
         raise TypeError("a DeviceBatch is on the learner's devices; store the host batch it came from")
 
     @staticmethod
-    def of(data: dict[str, jax.Array] | GroupRows, host: Batch) -> DeviceBatch:
+    def of(data: dict[str, jax.Array] | GroupRows | StoredRows, host: Batch) -> DeviceBatch:
         return DeviceBatch(data, host.env_steps, host.num_samples, host.weights_version, host.replay_source)
 
 
@@ -144,6 +145,8 @@ def _transfer(
     items: list[Any],
 ) -> list[DeviceBatch]:
     """One ``device_put`` of ``items``' arrays, sharded along the sample axis over the learner's devices."""
+    if isinstance(learner, LearnerGroup):  # rows the workers stored go as they are
+        return [DeviceBatch.of(stored_or_placed(learner, to_host, i), i) for i in items]
     hosts = [dict(to_host(i)) for i in items]
     n = len(jax.tree.leaves(hosts[0])[0])
     if n % learner.num_devices:
@@ -151,8 +154,6 @@ def _transfer(
     nbytes = sum(v.nbytes for v in jax.tree.leaves(hosts))
     # One update (atomic under the GIL), so a consumer's snapshot never sees half of it.
     stats.update(bytes=stats["bytes"] + nbytes, transfers=stats["transfers"] + 1)
-    if isinstance(learner, LearnerGroup):
-        return [DeviceBatch.of(rows, item) for rows, item in zip(learner.place(hosts), items)]
     if len(hosts) == 1:  # nothing to stack: no host copy, no slicing on the device
         return [
             DeviceBatch.of(
@@ -163,3 +164,11 @@ def _transfer(
     stacked = NamedSharding(learner.mesh, PartitionSpec(None, "batch"))
     data = jax.device_put(jax.tree.map(lambda *x: np.stack(x), *hosts), stacked)
     return [DeviceBatch.of(jax.tree.map(lambda v, i=i: v[i], data), item) for i, item in enumerate(items)]
+
+
+def stored_or_placed(
+    group: LearnerGroup, to_host: Callable[[Any], Mapping[str, Any]], item: Any
+) -> GroupRows | StoredRows:
+    """A group's batch: the rows the workers stored as they are, else ``to_host(item)`` placed."""
+    data = getattr(item, "data", None)
+    return data if isinstance(data, StoredRows) else group.place(to_host(item))

@@ -4,14 +4,16 @@ train batches, standardize fields.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from jaxflow.config.constants import ENV_STEPS_SAMPLED
 from jaxflow.dataflow.actors import ParallelIterator
 from jaxflow.dataflow.iterators import Operator
+from jaxflow.dataflow.stored_rows import StoredRows, StoreRows
+from jaxflow.learn.group import LearnerGroup
 from jaxflow.ops.metrics import Context
-from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, concat_batches
+from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming, concat_batches, train_arrays
 from jaxflow.rollout.worker_set import WorkerSet
 
 
@@ -39,13 +41,23 @@ def bulk_sync_env_steps(config: Any) -> int:
     return -(-config.train_batch_size // per_round) * per_round
 
 
-def ParallelRollouts(workers: WorkerSet, mode: str = "bulk_sync", num_async: int = 1) -> Any:
+def ParallelRollouts(
+    workers: WorkerSet,
+    mode: str = "bulk_sync",
+    num_async: int = 1,
+    to_learner: Any = None,
+    to_host: Callable[[Any], Mapping[str, Any]] = train_arrays,
+) -> Any:
     """Sample batches from every rollout worker.
 
     * ``"bulk_sync"``: each item is one fragment from every worker, concatenated;
       workers sample in lockstep with the consumer (on-policy).
     * ``"async"``: fragments in completion order, ``num_async`` requests in flight per worker.
     * ``"raw"``: the :class:`ParallelIterator` itself, for actor-side ``par_for_each``.
+
+    With ``to_learner`` a :class:`~jaxflow.learn.group.LearnerGroup`, each worker makes its
+    fragment's learner rows (``to_host``) and keeps them in the object store for the learner
+    processes to fetch (:mod:`jaxflow.dataflow.stored_rows`); the batches carry references.
 
     Example:
         >>> rollouts = ParallelRollouts(workers, mode="bulk_sync")  # doctest: +SKIP
@@ -54,6 +66,8 @@ def ParallelRollouts(workers: WorkerSet, mode: str = "bulk_sync", num_async: int
     rollouts: ParallelIterator[Any] = ParallelIterator(
         workers, "sample", Context(num_episodes=workers.config.metrics_num_episodes), name="ParallelRollouts"
     )
+    if isinstance(to_learner, LearnerGroup):  # rows go straight to its processes
+        rollouts = rollouts.par_for_each(StoreRows(to_host))
     if mode == "raw":
         return rollouts
     if mode == "bulk_sync":
@@ -96,6 +110,8 @@ class StandardizeFields:
         self.fields = list(fields)
 
     def __call__(self, batch: SampleBatch) -> SampleBatch:
+        if isinstance(batch.data, StoredRows):  # rows on their way to a learner group, which standardizes them
+            return batch._replace(data=batch.data._replace(standardize=tuple(self.fields)))
         return batch._replace(data=standardize_fields(batch.data, self.fields))
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from jaxflow.config.constants import ENV_STEPS_TRAINED, NUM_UPDATES, NUM_WEIGHT_SYNCS
 from jaxflow.dataflow.iterators import Operator
+from jaxflow.dataflow.stored_rows import BATCHES_LOST
 from jaxflow.learn.learner import Learner
 from jaxflow.ops.metrics import Context
 from jaxflow.ops.rollout_ops import RecordSampled
@@ -39,7 +40,12 @@ class TrainOneStep(Operator):
 
 
 def record_update(ctx: Context, metrics: dict[str, Any], samples: int, **info: float) -> None:
-    """Counts one learner update of ``samples`` items; its scalar metrics go to the results."""
+    """Counts one learner update of ``samples`` items; its scalar metrics go to the results.
+    A batch a learner group lost (:data:`~jaxflow.dataflow.stored_rows.BATCHES_LOST`) is
+    counted as lost, not trained."""
+    if metrics.get(BATCHES_LOST):
+        ctx.counters[BATCHES_LOST] += 1
+        return
     ctx.counters[ENV_STEPS_TRAINED] += samples
     ctx.counters[NUM_UPDATES] += 1
     ctx.info["learner"] = dict({k: v for k, v in metrics.items() if isinstance(v, float)}, **info)

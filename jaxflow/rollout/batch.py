@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 import jax
 import numpy as np
 
+from jaxflow.dataflow.stored_rows import StoredRows
 from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
 from jaxflow.replay.buffer import ReplayRows
 
@@ -78,7 +79,9 @@ class SampleBatch(NamedTuple):
     """A time-major trajectory fragment ``data[name]: [T, B, ...]`` and what came with it.
 
     With an ``encode`` step in the :class:`WorkerSpec`, ``data`` is what that returns
-    instead (replay rows for DQN and Ape-X, see :class:`~jaxflow.replay.ReplayRows`).
+    instead (replay rows for DQN and Ape-X, see :class:`~jaxflow.replay.ReplayRows`); sent
+    straight to a learner group, the learner's rows in the object store
+    (:class:`~jaxflow.dataflow.stored_rows.StoredRows`).
     """
 
     data: Any
@@ -102,7 +105,10 @@ class SampleBatch(NamedTuple):
     def train_arrays(self) -> dict[str, Any]:
         """Flat ``[T * B, ...]`` fields; a recurrent policy's fragment (it has ``episode_starts``)
         as ``B`` sequences ``[B, T, ...]`` with their start state, so the learner's minibatches
-        split by sequence (:mod:`jaxflow.policies.sequences`)."""
+        split by sequence (:mod:`jaxflow.policies.sequences`); rows stored for a learner
+        group as they are."""
+        if isinstance(self.data, StoredRows):  # only a learner group is given these: it fetches the rows
+            return self.data  # type: ignore[return-value]
         if STARTS_FIELD in self.data:
             return batch_major(self.data)
         return flatten_time_major(self.data)
@@ -120,6 +126,8 @@ class SampleBatch(NamedTuple):
         data: Any
         if isinstance(batches[0].data, ReplayRows):
             data = ReplayRows.concatenate([b.data for b in batches])
+        elif isinstance(batches[0].data, StoredRows):
+            data = StoredRows.concatenate([b.data for b in batches])
         else:
             data = {  # a recurrent policy's state is a pytree of [B, ...] arrays
                 k: jax.tree.map(
