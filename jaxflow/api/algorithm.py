@@ -32,6 +32,9 @@ from jaxflow.policies.policy import Policy
 from jaxflow.rollout.evaluation import greedy_env_actions
 from jaxflow.rollout.normalize import Normalizer
 
+BEST = "best"
+"""The member :func:`pick_member` reads as the one a checkpoint marks best."""
+
 
 class Algorithm:
     """One training run.
@@ -111,6 +114,8 @@ class Algorithm:
     def save(self, directory: str) -> str:
         """Writes a checkpoint under ``directory``; returns its path."""
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
+        recorded = getattr(self.program, "checkpoint_meta", None)  # a device-mode PBT run's best member
+        meta.update(recorded() if recorded is not None else {})
         files = self.program.files
         state = self.program.get_state()
         checkpoint_state.check_finite(state)
@@ -211,9 +216,10 @@ def find_checkpoint(path: str) -> tuple[str, dict[str, Any]]:
     return found.path, found.meta
 
 
-def load_policy(path: str) -> tuple[Any, Policy, Any, Normalizer | None]:
+def load_policy(path: str, member: int | str | None = None) -> tuple[Any, Policy, Any, Normalizer | None]:
     """``(config, policy, params, normalizer)`` of a checkpoint of a standard program, without
-    starting Ray; ``normalizer`` holds the run's observation statistics where it normalized them."""
+    starting Ray; ``normalizer`` holds the run's observation statistics where it normalized them.
+    Of a device-mode run of several members, member ``member`` (see :func:`pick_member`)."""
     plan = plan_restore(path)
     if plan.template is None:
         raise checkpoint.fail(plan.path, f"{plan.spec.name} runs a program of its own: load it with Algorithm.restore")
@@ -221,7 +227,30 @@ def load_policy(path: str) -> tuple[Any, Policy, Any, Normalizer | None]:
     if plan.template.program is not None:
         program = plan.template.program
         program.set_state(state)
-        return plan.config, program.policy, program.get_weights(), program.get_normalizer()
+        chosen = pick_member(plan.path, plan.meta, member, len(program.members))
+        return plan.config, program.policy, program.get_weights(chosen), program.get_normalizer(chosen)
+    pick_member(plan.path, plan.meta, member, 1)
     if isinstance(state, NormalizedState):
         return plan.config, plan.template.policy, jax.device_get(state.learner.params), state.normalizer
     return plan.config, plan.template.policy, jax.device_get(state.params), None
+
+
+def pick_member(path: str, meta: dict[str, Any], member: int | str | None, count: int) -> int:
+    """The member of checkpoint ``path`` (of ``count``) that ``member`` names: an index,
+    :data:`BEST` (the best member its ``meta.json`` marks: a device-mode PBT run's), or None
+    (that best member where one is marked, else member 0). Raises :class:`CheckpointError`
+    for a member it does not have.
+
+    >>> pick_member("ckpt", {"pbt": {"best_member": 2}}, None, 4), pick_member("ckpt", {}, None, 4)
+    (2, 0)
+    """
+    marked = meta.get("pbt", {}).get("best_member")
+    if member is None:
+        member = BEST if marked is not None else 0
+    if member == BEST:
+        if type(marked) is not int or not 0 <= marked < count:
+            raise checkpoint.fail(path, "marks no best member (a device-mode PBT run's checkpoints do); name a member")
+        return marked
+    if type(member) is not int or not 0 <= member < count:
+        raise checkpoint.fail(path, f"holds {count} member(s), 0 to {count - 1}; member {member!r} is none of them")
+    return member

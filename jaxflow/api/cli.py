@@ -136,24 +136,45 @@ def _evaluate(args: argparse.Namespace) -> int:
         # A run with its own program (MAML, multi-agent) evaluates itself.
         algo = Algorithm.restore(ckpt)
         try:
-            out = algo.evaluate(episodes=args.episodes, seed=args.seed)
+            out = algo.evaluate(episodes=args.episodes, seed=args.seed, member=_own_member(ckpt, args.member))
         finally:
             algo.stop()
         print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
         return 0
-    config, policy, params, normalizer = load_policy(args.checkpoint)
+    config, policy, params, normalizer = load_policy(args.checkpoint, args.member)
     out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer, args.video)
     print(
-        f"{config.env}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
+        f"{config.env}{_member_played(args.checkpoint, args.member)}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
         + (f"; videos in {args.video}" if args.video else "")
     )
     return 0
 
 
+def _own_member(ckpt: str, member: int | str | None) -> int:
+    """The agent a run with its own program (multi-agent) plays: an index; none is marked best."""
+    if isinstance(member, str):
+        from jaxflow.api.checkpoint import fail
+
+        raise fail(ckpt, f"marks no {member} member (a device-mode PBT run's checkpoints do); give --member N")
+    return member or 0
+
+
+def _member_played(path: str, member: int | str | None) -> str:
+    """``, member <i> (best)``: which member of a device-mode run was played, where one was named
+    or the checkpoint marks a best one (after ``load_policy`` checked it); else ``""``."""
+    from jaxflow.api.algorithm import BEST, find_checkpoint
+
+    marked = find_checkpoint(path)[1].get("pbt", {}).get("best_member")
+    if member is None and marked is None:
+        return ""
+    chosen = marked if member in (None, BEST) else member
+    return f", member {chosen}" + (" (best)" if chosen == marked else "")
+
+
 def _export(args: argparse.Namespace) -> int:
     from jaxflow.api.export import export_policy
 
-    print(f"jaxflow: exported the greedy policy to {export_policy(args.checkpoint, args.out)}")
+    print(f"jaxflow: exported the greedy policy to {export_policy(args.checkpoint, args.out, args.member)}")
     return 0
 
 

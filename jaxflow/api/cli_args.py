@@ -14,7 +14,7 @@ from typing import Any
 from jaxflow.api.cli_flags import train_arguments, tune_arguments
 from jaxflow.api.plot import X_KEYS
 from jaxflow.api.run_file import run_file_arguments
-from jaxflow.api.user_errors import Parser, int_at_least
+from jaxflow.api.user_errors import Parser, int_at_least, member_choice
 from jaxflow.config.fields import ConfigError
 
 DISTRIBUTION = "jaxflow-rl"
@@ -22,6 +22,12 @@ DISTRIBUTION = "jaxflow-rl"
 
 ENV_KINDS = ("gymnasium", "gymnax", "brax", "jaxlib", "multiagent")
 """The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
+
+MEMBER_HELP = (
+    "of a device-mode run of several members (--num-seeds, --sweep), the one to play: N, or best (the "
+    "default where the checkpoint marks one: a --pbt run's member of highest recent return; else member 0)"
+)
+"""``--member``, which evaluate and export take."""
 
 IMPORT_FLAG = {
     "action": "append",
@@ -55,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
     x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
+    for command in (e, x):
+        command.add_argument("--member", type=member_choice, help=MEMBER_HELP)
     for command in (tu, e, x):
         command.add_argument("--import", **IMPORT_FLAG)  # type: ignore[arg-type]
     pl = sub.add_parser("plot", help="learning curves of run directories")

@@ -89,12 +89,13 @@ def greedy_actions(policy: Policy, clip: float) -> Callable[[Mapping[str, Any], 
     return act
 
 
-def export_policy(checkpoint: str, out: str) -> str:
+def export_policy(checkpoint: str, out: str, member: int | str | None = None) -> str:
     """Writes the greedy policy of the run saved at ``checkpoint`` (a checkpoint or a run
-    directory: its newest) into ``out`` (replaced as a whole, never left half-written);
-    returns ``out``."""
+    directory: its newest; of a device-mode run of several members, ``member``, by default
+    the best one a PBT run marks, see :func:`~jaxflow.api.algorithm.pick_member`) into
+    ``out`` (replaced as a whole, never left half-written); returns ``out``."""
     ckpt, meta = find_checkpoint(checkpoint)
-    config, policy, params, normalizer = load_policy(ckpt)
+    config, policy, params, normalizer = load_policy(ckpt, member)
     if policy.recurrent:
         raise ConfigError(
             f"export: {ckpt} holds a recurrent policy (use_lstm), whose actions depend on a state this "

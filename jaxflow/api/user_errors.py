@@ -77,6 +77,13 @@ def check_address(address: str) -> None:
         ) from e
 
 
+def member_choice(text: str) -> int | str:
+    """An argparse ``type`` for ``--member``: ``best`` or an int ``>= 0``."""
+    if text == "best" or (text.isdigit() and text.isascii()):
+        return text if text == "best" else int(text)
+    raise argparse.ArgumentTypeError(f"must be best or an integer >= 0, got {text!r}")
+
+
 def check_evaluate(args: argparse.Namespace) -> None:
     """A ``--checkpoint`` that does not exist is named as such (an existing one, or a storage
     URI, is checked as it loads)."""

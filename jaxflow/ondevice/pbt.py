@@ -76,6 +76,16 @@ def recent_scores(pbt: Any) -> np.ndarray:
     return np.where(episodes > 0, np.asarray(pbt.return_sum) / np.maximum(episodes, 1), np.asarray(pbt.score))
 
 
+def best_member(pbt: Any) -> int:
+    """The member of highest :func:`recent_scores` (NaN lowest, a tie to the lower index).
+
+    Example:
+        >>> best_member(init_state(3)._replace(return_sum=jnp.array([3.0, 9.0, 9.0]), episodes=jnp.ones(3)))
+        1
+    """
+    return int(truncation_selection(recent_scores(pbt), 0.0)[0][0])
+
+
 def truncation_selection(scores: np.ndarray, quantile: float) -> tuple[np.ndarray, np.ndarray]:
     """``(top, bottom)``: the ``max(1, floor(n * quantile))`` members of highest score (best
     first) and of lowest (worst last). NaN ranks lowest; equal scores rank by index.
@@ -196,12 +206,20 @@ class PopulationBasedTraining:
             return False
         return True
 
+    def checkpoint_meta(self, state: Any) -> dict[str, Any]:
+        """What a checkpoint's ``meta.json`` records of the population under ``pbt``: the best
+        member (:func:`best_member`, what ``jaxflow evaluate`` and ``export`` play by default)
+        and each member's recent return (null before it ended an episode)."""
+        pbt = jax.device_get(state.pbt)
+        returns = [float(r) if np.isfinite(r) else None for r in recent_scores(pbt)]
+        return {"pbt": {"best_member": best_member(pbt), "member_returns": returns}}
+
     def report(self, state: Any) -> dict[str, float]:
         """The lineage for the results: each member's perturbed values, parent, iteration of
         its copy and recent return, and the best member by that return."""
         pbt, hyper = jax.device_get((state.pbt, state.hyper))
         recent = recent_scores(pbt)
-        out: dict[str, float] = {"best_member": int(truncation_selection(recent, 0.0)[0][0])}
+        out: dict[str, float] = {"best_member": best_member(pbt)}
         for i in range(self.num_members):
             out.update({f"member_{i}/{k}": float(hyper[k][i]) for k in self.fields})
             out[f"member_{i}/parent"] = int(pbt.parent[i])

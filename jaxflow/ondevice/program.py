@@ -164,6 +164,11 @@ class DeviceProgram:
     def set_state(self, state: AnakinState) -> None:
         self.state = jax.device_put(state, self._shardings, may_alias=False)
 
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """What a checkpoint's ``meta.json`` records beyond the config and counters: under PBT,
+        the best member and each member's recent return."""
+        return {} if self.pbt is None else self.pbt.checkpoint_meta(self.state)
+
     def get_weights(self, member: int = 0) -> Any:
         """One member's parameters as numpy arrays."""
         return jax.tree.map(lambda x: np.asarray(x[member]), jax.device_get(self.state.train.params))

@@ -32,12 +32,20 @@ SILENT = 0
 
 
 def make_scheduler(
-    name: str, dims: Sequence[SearchDim], stop: Mapping[str, float], interval: int, config_cls: type
+    name: str,
+    dims: Sequence[SearchDim],
+    stop: Mapping[str, float],
+    interval: int,
+    config_cls: type,
+    synch: bool = False,
 ) -> Any:
     """The scheduler ``name`` (out of :data:`SCHEDULERS`): ASHA up to ``stop``'s
     ``training_iteration``, first cut at ``interval``; PBT perturbing the sampled ``dims``
     every ``interval`` iterations, within the bounds ``config_cls`` validates
-    (:class:`~jaxflow.tune.search.KeepInBounds`). Raises :class:`ConfigError` for what it cannot run."""
+    (:class:`~jaxflow.tune.search.KeepInBounds`), each trial on its own when it gets there
+    or, with ``synch``, all of them together once every one has (Tune's synchronous PBT: no
+    trial ahead of the others finds nobody to rank against). Raises :class:`ConfigError` for
+    what it cannot run."""
     if name not in SCHEDULERS:
         raise ConfigError(f"--scheduler {name!r} is not one of {list(SCHEDULERS)}.")
     if name == "fifo":
@@ -61,6 +69,7 @@ def make_scheduler(
         perturbation_interval=interval,
         hyperparam_mutations={d.field: list(d.values) if d.kind == "choice" else d.domain() for d in dims},
         custom_explore_fn=KeepInBounds(config_cls, [d.field for d in dims]),
+        synch=synch,
     )
 
 

@@ -121,6 +121,8 @@ def no_ray(monkeypatch):
         (["--set", "clip=0.1"], "has no field 'clip'"),
         (["--scheduler", "hyperband"], "--scheduler 'hyperband' is not one of ['fifo', 'asha', 'pbt']"),
         (["--scheduler", "asha", "--stop", "time_s=60"], "asha needs --stop training_iteration=N"),
+        (["--scheduler", "pbt"], "--scheduler pbt perturbs sampled fields: give --search with choice"),
+        (["--scheduler", "pbt", "--search", "lr=grid_search(0.1,0.01)"], "(not grid_search: ['lr'])"),
         (["--env", "CartPol-v1"], "Did you mean one of ['CartPole-v1'"),
         (["--num-samples", "0"], "argument --num-samples: must be an integer >= 1, got '0'"),
     ],

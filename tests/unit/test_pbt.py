@@ -1,15 +1,22 @@
 """Population-based training of device-mode members: ranking, explore's draws, an exploit
-step copied bit for bit, and the errors of a PBT config."""
+step copied bit for bit, the errors of a PBT config, and the best member a checkpoint marks."""
 
 from __future__ import annotations
+
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from jaxflow import Algorithm, ConfigError
 from jaxflow.algorithms import PPOConfig
+from jaxflow.api import checkpoint, checkpoint_state, cli
+from jaxflow.api.algorithm import load_policy
+from jaxflow.api.export import export_policy, flatten_arrays
+from jaxflow.api.loop import train
 from jaxflow.config import make_config
 from jaxflow.ondevice.pbt import NEVER, explore, recent_scores, truncation_selection
 
@@ -149,3 +156,63 @@ def test_perturbed_values_take_effect_in_the_compiled_update(population):
     for other in params[2:]:
         assert any(not np.array_equal(a, b) for a, b in zip(params[0], other))
     assert program._run._cache_size() == compiled
+
+
+def test_a_checkpoint_marks_the_best_member_which_evaluate_and_export_play(population, tmp_path, capsys):
+    """Trained on for 4 iterations (2 PBT steps) by the run's loop, checkpointed at the end:
+    ``meta.json`` marks the member of highest recent return (the results' ``best_member``,
+    the argmax of the restored state's records); ``load_policy``, ``jaxflow evaluate`` and
+    ``export`` play that member (its parameters sliced out by hand, bit for bit, and its greedy
+    actions), or member N with ``--member N``; TensorBoard holds each member's hyperparameters
+    and returns as the results do."""
+    logdir, out = str(tmp_path / "run"), str(tmp_path / "exported")
+    result = train(
+        population, {"training_iteration": population.iteration + 4}, logdir, checkpoint_every=0, verbose=False
+    )
+    ckpt = checkpoint.latest(logdir)
+    marked = checkpoint.load_meta(ckpt)["pbt"]
+    state = checkpoint_state.restore_state(ckpt, population.program.get_state())
+    recent = [result["pbt"][f"member_{i}/recent_return"] for i in range(4)]
+    best = marked["best_member"]
+    assert len({r for r in recent if np.isfinite(r)}) > 1  # an argmax that picks one member out
+    assert (
+        best == int(np.nanargmax(recent)) == result["pbt"]["best_member"] == int(np.nanargmax(recent_scores(state.pbt)))
+    )
+    assert marked["member_returns"] == [None if np.isnan(r) else pytest.approx(r, rel=1e-6) for r in recent]
+
+    def member_params(i):
+        return jax.tree.map(lambda x: np.asarray(x[i]), state.train.params)
+
+    obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+    for member, expected in ((None, best), ("best", best), (3 - best, 3 - best)):
+        _, policy, params, _ = load_policy(logdir, member)
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(member_params(expected)), strict=True):
+            np.testing.assert_array_equal(a, b)
+        actions = np.asarray(jax.jit(policy.greedy)(params, obs))
+        np.testing.assert_array_equal(actions, population.compute_actions(obs, member=expected))
+
+    assert cli.main(["evaluate", "--checkpoint", logdir, "--episodes", "1"]) == 0
+    assert f"{CARTPOLE}, member {best} (best): greedy return over 1 episodes" in capsys.readouterr().out
+    assert cli.main(["evaluate", "--checkpoint", logdir, "--episodes", "1", "--member", "4"]) == 2
+    assert "holds 4 member(s), 0 to 3; member 4 is none of them" in capsys.readouterr().err
+    assert cli.main(["evaluate", "--checkpoint", logdir, "--member", "first"]) == 2
+    assert "--member: must be best or an integer >= 0, got 'first'" in capsys.readouterr().err
+    export_policy(logdir, out)
+    exported = dict(np.load(os.path.join(out, "params.npz")))
+    assert exported.keys() == flatten_arrays({"params": member_params(best)}).keys()
+    for name, value in flatten_arrays({"params": member_params(best)}).items():
+        np.testing.assert_array_equal(exported[name], value)
+
+    events = EventAccumulator(logdir)
+    events.Reload()
+    names = [m.name for m in population.program.members]  # seed=0,lr=0.001: TensorBoard's tag seed_0_lr_0.001
+    tags = [name.replace("=", "_").replace(",", "_") for name in names]
+    for i in range(4):
+        for tag, value in [
+            *((f"pbt/member_{i}/{k}", result["pbt"][f"member_{i}/{k}"]) for k in ("lr", "ent_coef", "recent_return")),
+            (f"members/{tags[i]}/episode_return_mean", result["members"][names[i]]["episode_return_mean"]),
+        ]:
+            if np.isfinite(value):  # TensorBoard gets finite values only
+                last = events.Scalars(tag)[-1]
+                assert (last.step, last.value) == (result["env_steps_sampled"], pytest.approx(value, rel=1e-6)), tag
+    assert events.Scalars("pbt/best_member")[-1].value == best
