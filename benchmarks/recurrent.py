@@ -251,8 +251,9 @@ def _figure(rows: list[dict[str, Any]]) -> Any:
             ax.bar(xs, [row[key][name] for row in rows], width, label=name)
         ax.set_xticks(range(len(rows)), [row["runner"] for row in rows])
         ax.set_ylabel(f"env steps per {label} second")
+        ax.margins(y=0.2)  # room above the bars for the legend
     axes[0].set_title("Recurrent vs feed-forward (medians)")
-    axes[1].legend()
+    axes[1].legend(loc="upper right", ncol=2)
     return fig
 
 
