@@ -47,6 +47,24 @@ def machine_info(runtime: bool = True) -> dict[str, Any]:
     return info
 
 
+def cpu_clock(actors: Sequence[Any]) -> Callable[[], float]:
+    """CPU seconds so far (user and system, every thread) of this process and of the given Ray
+    actors' processes."""
+    import psutil
+    import ray
+
+    procs = [psutil.Process()] + [psutil.Process(p) for p in ray.get([a.__ray_call__.remote(_pid) for a in actors])]
+
+    def clock() -> float:
+        return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
+    return clock
+
+
+def _pid(_actor: Any) -> int:
+    return os.getpid()
+
+
 def logger(prefix: str) -> Callable[[str], None]:
     """Progress lines on stderr, so stdout carries only the report."""
     return lambda message: print(f"[{prefix}] {message}", file=sys.stderr, flush=True)

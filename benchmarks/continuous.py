@@ -28,11 +28,10 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from common import argument_parser, fmt, logger, machine_info, write_report
+from common import argument_parser, cpu_clock, fmt, logger, machine_info, write_report
 from continuous_report import markdown, plot, summarize
 from continuous_settings import (
     CURVE_STEP,
@@ -82,23 +81,6 @@ def run_jaxflow(run: Run, steps: int, workers: int) -> None:
     finally:
         algo.stop()
     run.timed(t1 - t0, marks)
-
-
-def cpu_clock(actors: list[Any]) -> Callable[[], float]:
-    """CPU seconds so far of this process and of the given Ray actors' processes."""
-    import psutil
-    import ray
-
-    procs = [psutil.Process()] + [psutil.Process(p) for p in ray.get([a.__ray_call__.remote(_pid) for a in actors])]
-
-    def clock() -> float:
-        return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
-
-    return clock
-
-
-def _pid(_actor: Any) -> int:
-    return os.getpid()
 
 
 def return_curve(episodes: list[list[float]], steps: int, window: int) -> list[list[float | None]]:

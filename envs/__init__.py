@@ -1,5 +1,6 @@
-"""Environments for jaxflow: one registry over gymnasium (CPU), gymnax and Brax (JAX) and
-multi-agent (PettingZoo Parallel API) ids, and task distributions for meta-RL (JAX).
+"""Environments for jaxflow: one registry over gymnasium (CPU, POPGym's ``popgym/<Name>-v0``
+memory tasks among them), gymnax and Brax (JAX) and multi-agent (PettingZoo Parallel API) ids,
+and task distributions for meta-RL (JAX).
 A CPU env's observations that are not a ``Box`` come flattened to a float32 vector (a
 ``Dict``'s ``action_mask`` last, for masked policies).
 
@@ -23,6 +24,7 @@ from jaxflow.envs.multiagent import (
     RockPaperScissors,
 )
 from jaxflow.envs.options import USER_ONLY_OPTIONS, EnvOptionError, check_env_config, check_file_env_config, env_options
+from jaxflow.envs.popgym_envs import POPGYM_PREFIX, MissingPOPGymError
 from jaxflow.envs.registry import (
     GYMNAX_PREFIX,
     JAX_KINDS,
@@ -49,6 +51,7 @@ __all__ = [
     "BRAX_PREFIX",
     "GYMNAX_PREFIX",
     "JAX_KINDS",
+    "POPGYM_PREFIX",
     "STATELESS_CARTPOLE",
     "USER_ONLY_OPTIONS",
     "ALEVectorEnv",
@@ -68,6 +71,7 @@ __all__ = [
     "LibraryEnv",
     "MaskedBox",
     "MaskedChoice",
+    "MissingPOPGymError",
     "MultiAgentEnvError",
     "MultiAgentStep",
     "MultiAgentVectorEnv",

@@ -79,7 +79,7 @@ def env_options(env_id: str) -> list[str] | None:
         return _gymnax_options(e)
     if e.kind in ("brax", "jaxlib"):  # brax_envs and the JAX libraries check their own
         return None
-    if custom_entry(env_id) is None:  # gymnasium's own registry
+    if custom_entry(env_id) is None and env_id in gymnasium.registry:  # gymnasium's own registry
         return _gymnasium_options(env_id)
     return _factory_options(e)
 

@@ -15,6 +15,8 @@ Ids come in two kinds:
   ``"navix/<name>"`` and ``"jumanji/<name>"``, behind gymnax's interface
   (:mod:`jaxflow.envs.jax_libraries`); each library is imported when one of its ids is used.
 
+POPGym's memory tasks, ``"popgym/<Name>-v0"`` (:mod:`jaxflow.envs.popgym_envs`), are of the first.
+
 A third kind, ``"multiagent"``, holds environments following PettingZoo's Parallel API
 (``pettingzoo.ParallelEnv``), created with ``make_multiagent`` and stepped by
 ``envs.multiagent.MultiAgentVectorEnv``; ``register_multiagent`` adds your own.
@@ -34,6 +36,7 @@ from jaxflow.envs.brax_envs import BRAX_PREFIX, brax_names, make_brax
 from jaxflow.envs.flatten import flatten_observations
 from jaxflow.envs.jax_libraries import Family
 from jaxflow.envs.jax_library_adapters import FAMILIES, family_of, installed, library_ids, make_library_env
+from jaxflow.envs.popgym_envs import POPGYM_GYMNASIUM_PREFIX, POPGYM_PREFIX, popgym_class, popgym_ids
 
 if TYPE_CHECKING:
     from pettingzoo import ParallelEnv
@@ -167,7 +170,9 @@ def list_envs(kind: str | None = None) -> list[str]:
     """All known ids, sorted; ``kind`` filters to "gymnasium", "gymnax", "brax", "jaxlib" or "multiagent"."""
     ids: list[str] = []
     if kind in (None, "gymnasium"):
-        ids += list(gymnasium.registry.keys()) + [i for i, e in _EXTRA.items() if e.kind == "gymnasium"]
+        # POPGym's own gymnasium ids (there once popgym is imported) are listed once, as popgym/ ids.
+        ids += [i for i in gymnasium.registry if not i.startswith(POPGYM_GYMNASIUM_PREFIX)] + popgym_ids()
+        ids += [i for i, e in _EXTRA.items() if e.kind == "gymnasium"]
     if kind in (None, "gymnax"):
         ids += _gymnax_ids() + [i for i, e in _EXTRA.items() if e.kind == "gymnax"]
     if kind in (None, "brax"):
@@ -191,6 +196,11 @@ def entry(env_id: str) -> EnvEntry:
         return EnvEntry(env_id, "brax", make_brax)
     if env_id in gymnasium.registry:
         return EnvEntry(env_id, "gymnasium", _gymnasium_factory(env_id))
+    if env_id.startswith(POPGYM_PREFIX):  # env_config goes to the class, e.g. RepeatPrevious's num_decks and k
+        try:
+            return EnvEntry(env_id, "gymnasium", PlainFactory(popgym_class(env_id)), "POPGym (needs memory)")
+        except (ImportError, LookupError) as e:  # popgym not installed, or not its id
+            raise UnknownEnvError(str(e)) from None
     family = family_of(env_id)
     if family is not None:
         return _library_entry(env_id, family)

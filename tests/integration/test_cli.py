@@ -249,6 +249,9 @@ def test_list_names_algorithms_and_envs():
     assert "DQN" not in rows["Pendulum-v1"] and "A3C" not in rows["gymnax/Pendulum-v1"]  # no device mode
     assert "obs Box(4, 84, 84) uint8" in rows["ALE/<Game>-v5"] and "ALE/Pong-v5" not in rows  # one line for all
     assert "brax/inverted_pendulum" in out and "gymnax/CartPole-v1" in rows
+    # POPGym: each id its own line (their spaces differ), gymnasium's "popgym-" names not again
+    assert "obs Box(4,) [0, 1]" in rows["popgym/RepeatPreviousEasy-v0"] and "PPO" in rows["popgym/CountRecallEasy-v0"]
+    assert "popgym-RepeatPreviousEasy-v0" not in rows
     assert "act Discrete(7)" in rows["navix/<name>"] and "PPO" in rows["jumanji/<name>"]  # a line per JAX library
     # hidden by default: older versions, raw Atari frames, envs whose dependencies are missing
     assert not {"CartPole-v0", "Hopper-v2", "PongNoFrameskip-v4", "GymV26Environment-v0"} & set(rows)

@@ -1,10 +1,12 @@
 """Recurrent policies on Ray rollout workers: what a worker sends (each env's state at the
 fragment's start and where episodes start) reproduces its actions when the learner replays it,
-and ``compute_actions`` carries the state it returns."""
+``compute_actions`` carries the state it returns, and a restarted worker starts its envs'
+episodes from the initial state."""
 
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +23,15 @@ EPISODE = 7
 """Steps before the time limit: two or three episodes start inside each 16-step fragment."""
 
 
-def ray_ppo(**settings) -> Algorithm:
-    """Recurrent PPO on one Ray worker of 2 envs whose episodes end after 7 steps."""
+REJOIN_TIMEOUT_S = 120.0
+"""How long a restarted worker (a new process importing JAX) may take to start on a loaded machine."""
+
+
+def ray_ppo(num_workers: int = 1, **settings) -> Algorithm:
+    """Recurrent PPO on Ray workers of 2 envs whose episodes end after 7 steps (one worker:
+    a batch is two of its fragments)."""
     return Algorithm.build(
-        "PPO", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, hidden_sizes=(16,), num_workers=1,
+        "PPO", env=STATELESS_CARTPOLE, mode="ray", use_lstm=True, hidden_sizes=(16,), num_workers=num_workers,
         num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B, minibatch_size=T,
         env_config={"max_steps_in_episode": EPISODE}, seed=0, **settings,
     )  # fmt: skip
@@ -120,3 +127,28 @@ def test_impala_trains_a_recurrent_policy_from_ray_workers_fragments(ray_local):
     learner = result["learner"]
     assert result["num_updates"] >= 1 and np.isfinite([learner["policy_loss"], learner["value_loss"]]).all()
     assert 0.0 < learner["entropy"] <= np.log(2) + 1e-6
+
+
+def test_a_restarted_worker_starts_new_episodes_from_the_initial_state(ray_local):
+    """A worker killed mid-run (``on_worker_failure="restart"``) comes back as a new process
+    whose envs start new episodes: its first fragment flags an episode start for every env at
+    step 0 and holds the initial (zero) state there, and replays from it
+    (:func:`assert_fragments_replay`); the surviving worker's envs went on with their states."""
+    algo = ray_ppo(num_workers=2, lstm_size=LSTM, on_worker_failure="restart")
+    try:
+        algo.train()
+        [(_, survivor), (_, killed)] = algo.workers.live()
+        ray.kill(killed, no_restart=True)
+        result = algo.train()  # meets the dead worker, starts its successor, trains on the survivor's fragments
+        deadline = time.monotonic() + REJOIN_TIMEOUT_S
+        while len(algo.workers.live()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)  # live() admits the new worker once it answers, without sampling from it
+        [_, (_, restarted)] = algo.workers.live()
+        assert restarted is not killed and algo.workers.num_restarts == 1
+        assert_fragments_replay(algo, [ray.get(restarted.sample.remote()) for _ in range(2)])
+        going_on = ray.get(survivor.sample.remote()).data
+        assert np.abs(np.concatenate(jax.tree.leaves(going_on["policy_state"]))).max() > 0
+        result = algo.train()
+    finally:
+        algo.stop()
+    assert result["num_worker_restarts"] == 1 and result["num_healthy_workers"] == 2
