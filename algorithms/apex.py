@@ -30,6 +30,7 @@ from jaxflow.algorithms.dqn import DQN, DQNConfig, beta_schedule, epsilon_greedy
 from jaxflow.config import DistributedReplayConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
+from jaxflow.rollout.batch import SampleBatch
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,15 +123,20 @@ def plan(workers, learner, config: Any, replay, importance=beta_schedule, by_act
     d = config.distributed
     thread = learner.start_thread(inqueue_size=d.learner_queue_size, outqueue_size=d.learner_queue_size)
     # (1) actors sample asynchronously into random shards (or each into its own) and fetch new weights every so often
+    #     (with a learner group, a shard fetches the rows from the actor's node itself)
     store_op = StoreToReplay(replay, seed=config.seed, max_in_flight=1 if by_actor else 4, by_actor=by_actor)
-    store = (
-        ParallelRollouts(workers, mode="async", num_async=1 if by_actor else d.rollouts_num_async)
-        .for_each(store_op)
-        .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay))
+    rollouts = ParallelRollouts(
+        workers,
+        mode="async",
+        num_async=1 if by_actor else d.rollouts_num_async,
+        to_learner=learner,
+        to_host=SampleBatch.replay_rows,
     )
+    store = rollouts.for_each(store_op).for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay))
     # (2) replayed batches from every shard go to the learner's devices ahead of the learner thread
+    #     (a learner group's processes fetch them from the shards' nodes)
     replayed = ParallelReplay(
-        replay, d.replay_batch_size, beta=importance(learner, config), num_async=d.replay_num_async
+        replay, d.replay_batch_size, importance(learner, config), d.replay_num_async, to_learner=learner
     )
     feed = ToDevice(replayed, learner).for_each(Enqueue(thread))
     # (3) the learner's TD errors go back to the shards as priorities; the target network lags

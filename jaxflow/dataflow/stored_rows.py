@@ -41,9 +41,11 @@ class StoredRows(NamedTuple):
     """A batch's rows in the object store: one reference per fragment, with its row count."""
 
     refs: tuple[ray.ObjectRef, ...]
-    """Each fragment's rows ``{field: [n_i, ...]}``."""
+    """Each fragment's rows ``{field: [n_i, ...]}`` (or replay rows on their way to a shard)."""
     counts: tuple[int, ...]
     """Rows of each fragment."""
+    samples: int
+    """The batch's ``num_samples`` (env steps, or replay items) that the rows are made of."""
     standardize: tuple[str, ...] = ()
     """Fields the learner standardizes over the whole batch before training on it."""
 
@@ -54,13 +56,18 @@ class StoredRows(NamedTuple):
     @staticmethod
     def concatenate(parts: Sequence[StoredRows]) -> StoredRows:
         return StoredRows(
-            tuple(r for p in parts for r in p.refs), tuple(c for p in parts for c in p.counts), parts[0].standardize
+            tuple(r for p in parts for r in p.refs),
+            tuple(c for p in parts for c in p.counts),
+            sum(p.samples for p in parts),
+            parts[0].standardize,
         )
 
 
 class StoreRows(Operator):
-    """Actor side: a fragment's learner rows (``to_host(batch)``) into the object store; the
-    batch that goes on carries :class:`StoredRows` as its data, and its statistics.
+    """Actor side: a batch's learner rows (``to_host(batch)``: flat fields, or the replay rows
+    a shard stores) into the object store; the batch that goes on carries
+    :class:`StoredRows` as its data, and its statistics. ``None`` (a shard that had nothing
+    to hand out) passes.
 
     Example:
         >>> ParallelRollouts(workers, "async", to_learner=group)  # appends StoreRows(to_host)  # doctest: +SKIP
@@ -70,9 +77,11 @@ class StoreRows(Operator):
         self.to_host = to_host
 
     def __call__(self, batch: Any, ctx: Any = None) -> Any:
-        rows = {k: np.asarray(v) for k, v in self.to_host(batch).items()}
-        count = len(next(iter(rows.values())))
-        return batch._replace(data=StoredRows((ray.put(rows),), (count,)))
+        if batch is None:
+            return None
+        rows = self.to_host(batch)
+        count = rows.num_transitions if hasattr(rows, "num_transitions") else len(next(iter(rows.values())))
+        return batch._replace(data=StoredRows((ray.put(rows),), (count,), batch.num_samples))
 
 
 class Piece(NamedTuple):

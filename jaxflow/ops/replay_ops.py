@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, ObjectLostError, RayActorError
 
 from jaxflow.dataflow.actors import ParallelIterator
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator, Operator, from_iterator
+from jaxflow.dataflow.stored_rows import BATCHES_LOST
+from jaxflow.learn.group import LearnerGroup
 from jaxflow.ops.metrics import Context
 from jaxflow.replay.local import LocalReplay
 from jaxflow.replay.replayed import ReplayBatch
@@ -44,7 +46,9 @@ class _ShardCalls:
     def call(self, shard: int, method: str, args: tuple[Any, ...], on_reply: Callable[[Any], None]) -> None:
         """``method(*args)`` on shard ``shard``; ``on_reply`` gets its reply once it is in."""
         if isinstance(self.shards, LocalReplay):
-            on_reply(getattr(self.shards.shard, method)(*args))
+            on_reply(
+                getattr(self.shards.shard, method)(*(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args))
+            )
             return
         self._pending.append((getattr(self.shards.actors[shard], method).remote(*args), shard, on_reply))
         while len(self._pending) >= self.limit:
@@ -58,6 +62,8 @@ class _ShardCalls:
         ref, shard, on_reply = call
         try:
             reply = ray.get(ref, timeout=self.timeout_s)
+        except ObjectLostError:  # rows a worker stored died with it before the shard fetched them
+            reply = None
         except (RayActorError, GetTimeoutError) as e:
             assert not isinstance(self.shards, LocalReplay), "only calls to shard actors are pending"
             self.shards.on_failure(shard, e)
@@ -145,6 +151,7 @@ def ParallelReplay(
     beta: Any = 0.4,
     num_async: int = 1,
     sample_wait_s: float | None = None,
+    to_learner: Any = None,
 ) -> LocalIterator[ReplayBatch]:
     """Replayed batches of ``batch_size`` items from every shard, in completion order.
 
@@ -154,12 +161,18 @@ def ParallelReplay(
     holds back) waits up to ``sample_wait_s`` (default: the shards' setting) and then
     answers "not ready", which this iterator passes on as ``NOT_READY``: ``Concurrently``
     then moves on to its other ops instead of waiting here. From a :class:`LocalReplay`
-    each pull samples in the call (``num_async`` has nothing to overlap).
+    each pull samples in the call (``num_async`` has nothing to overlap). With ``to_learner``
+    a :class:`~jaxflow.learn.group.LearnerGroup`, shard actors keep each batch's rows in their
+    object store and hand over a reference (:mod:`jaxflow.dataflow.stored_rows`), which the
+    learner processes fetch straight from the shards' nodes.
 
     Example:
         >>> feed = ParallelReplay(shards, batch_size=512, num_async=4).for_each(Enqueue(thread.inqueue))  # doctest: +SKIP
     """
-    source = shards.sampling(batch_size, beta, sample_wait_s)
+    if isinstance(shards, ReplayShards) and isinstance(to_learner, LearnerGroup):
+        source: ReplayShards | LocalReplay = shards.sampling(batch_size, beta, sample_wait_s, store=True)
+    else:
+        source = shards.sampling(batch_size, beta, sample_wait_s)
     if isinstance(source, LocalReplay):
         return from_iterator(functools.partial(_sampled_in_call, source), Context(), "ParallelReplay")
     return (
@@ -189,6 +202,8 @@ class UpdatePriorities:
 
     def __call__(self, item: tuple[Batch, dict[str, Any]]) -> tuple[Batch, dict[str, Any]]:
         batch, metrics = item
+        if metrics.get(BATCHES_LOST):  # never trained on (its rows died with their shard): no new priorities
+            return item
         source = batch.replay_source
         assert source is not None, "UpdatePriorities takes batches replayed from the shards"
         priorities = np.abs(np.asarray(metrics["td_error"], np.float64)) + self.priority_eps

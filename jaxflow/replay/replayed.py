@@ -4,16 +4,19 @@ priorities go back to."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+
+from jaxflow.dataflow.stored_rows import StoredRows
 
 
 class ReplayBatch(NamedTuple):
     """Items drawn from one shard, with what is needed to update their priorities later."""
 
-    data: dict[str, np.ndarray]
-    """``{field: [batch_size, ...]}``."""
+    data: dict[str, np.ndarray] | StoredRows
+    """``{field: [batch_size, ...]}`` (for a learner group: those plus the ``weights``, kept in
+    the shard's object store for the learner processes to fetch)."""
     indices: np.ndarray
     """Slots in the shard's buffer, for ``update_priorities``."""
     weights: np.ndarray
@@ -40,11 +43,13 @@ class ReplayBatch(NamedTuple):
     def replay_source(self) -> ReplaySource:
         return ReplaySource(self.shard, self.indices, self.generation)
 
-    def train_arrays(self) -> dict[str, np.ndarray]:
-        """Its fields plus the importance ``weights``."""
+    def train_arrays(self) -> dict[str, Any]:
+        """Its fields plus the importance ``weights`` (stored ones as they are: a group fetches them)."""
+        if isinstance(self.data, StoredRows):
+            return self.data  # type: ignore[return-value]
         return dict(self.data, weights=self.weights)
 
-    def replay_rows(self) -> dict[str, np.ndarray]:
+    def replay_rows(self) -> Any:
         return self.data
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from jaxflow.dataflow import placement
+from jaxflow.dataflow.stored_rows import StoreRows
 from jaxflow.replay import transitions
 from jaxflow.replay.buffer import PrioritizedReplayBuffer, ReplayRows
 from jaxflow.replay.replayed import ReplayBatch
@@ -179,9 +180,12 @@ class ReplayShard:
             )
         return rows.rows, rows.priorities, rows.num_transitions
 
-    def sample(self, batch_size: int, beta: float = 0.4, timeout_s: float = 0.0) -> ReplayBatch | None:
+    def sample(
+        self, batch_size: int, beta: float = 0.4, timeout_s: float = 0.0, store: bool = False
+    ) -> ReplayBatch | None:
         """Draws ``batch_size`` items if the limiter admits it; ``None`` if it did not
-        within ``timeout_s`` seconds."""
+        within ``timeout_s`` seconds. With ``store``, the items' train rows stay in this
+        shard's object store for a learner group's processes to fetch (``StoreRows``)."""
         if self.samples_per_insert is not None and batch_size > 2 * self.error_buffer:
             raise ValueError(
                 f"Replay shard {self.index}: a sample of {batch_size} items can never fit in "
@@ -194,7 +198,8 @@ class ReplayShard:
             data, indices, weights = self._draw(batch_size, beta)
             self._sampled += batch_size
             self._cond.notify_all()
-            return ReplayBatch(data, indices, weights, self.index, self.generation)
+        batch = ReplayBatch(data, indices, weights, self.index, self.generation)
+        return StoreRows(ReplayBatch.train_arrays)(batch) if store else batch
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray, generation: int | None = None) -> bool:
         """New priorities (before ``alpha``) for slots returned by :meth:`sample`; ignored

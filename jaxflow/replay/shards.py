@@ -77,6 +77,7 @@ class ReplayShards:
         if on_failure not in ("raise", "restart"):
             raise ValueError(f"on_failure must be 'raise' or 'restart', got {on_failure!r}.")
         self.batch_size, self.beta, self.sample_wait_s, self.timeout_s = batch_size, beta, sample_wait_s, timeout_s
+        self.store = False
         self.on_failure_mode = on_failure
         # Shared with the views made by sampling(), whichever of them sees a failure.
         self._recovery: dict[str, Any] = {
@@ -132,11 +133,16 @@ class ReplayShards:
         )
 
     def sampling(
-        self, batch_size: int, beta: float | Callable[[], float], sample_wait_s: float | None = None
+        self,
+        batch_size: int,
+        beta: float | Callable[[], float],
+        sample_wait_s: float | None = None,
+        store: bool = False,
     ) -> ReplayShards:
-        """A view over the same actors whose ``"sample"`` requests use these values."""
+        """A view over the same actors whose ``"sample"`` requests use these values (with
+        ``store``: the shards keep the rows for a learner group, see ``ReplayShard.sample``)."""
         view = copy.copy(self)
-        view.batch_size, view.beta = batch_size, beta
+        view.batch_size, view.beta, view.store = batch_size, beta, store
         if sample_wait_s is not None:
             view.sample_wait_s = sample_wait_s
         return view
@@ -151,7 +157,8 @@ class ReplayShards:
             )
         if method == "sample":
             beta = self.beta() if callable(self.beta) else self.beta
-            return handle.sample.remote(self.batch_size, float(beta), self.sample_wait_s)
+            stored = {"store": True} if self.store else {}  # R2D2's sequence shards take no store
+            return handle.sample.remote(self.batch_size, float(beta), self.sample_wait_s, **stored)
         return getattr(handle, method).remote()
 
     def on_failure(self, index: int, error: BaseException) -> None:

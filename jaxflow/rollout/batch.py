@@ -96,6 +96,8 @@ class SampleBatch(NamedTuple):
 
     @property
     def num_samples(self) -> int:
+        if isinstance(self.data, StoredRows):
+            return self.data.samples
         return self.data.num_transitions if isinstance(self.data, ReplayRows) else self.env_steps
 
     @property
@@ -115,7 +117,11 @@ class SampleBatch(NamedTuple):
 
     def replay_rows(self) -> Any:
         """Encoded rows as they are; a recurrent policy's fragment (it has ``episode_starts``)
-        whole, time-major with its start state, for a replay of sequences (R2D2's); else flat."""
+        whole, time-major with its start state, for a replay of sequences (R2D2's); else flat.
+        Rows a worker stored (one fragment's): their reference, which the shard resolves."""
+        if isinstance(self.data, StoredRows):
+            (ref,) = self.data.refs
+            return ref
         if isinstance(self.data, ReplayRows) or STARTS_FIELD in self.data:
             return self.data
         return flatten_time_major(self.data)

@@ -23,7 +23,9 @@ from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.placement import Placement
 from jaxflow.dataflow.stored_rows import BATCHES_LOST, StoredRows, StoreRows
 from jaxflow.learn.group import LearnerGroup
+from jaxflow.ops.replay_ops import ParallelReplay
 from jaxflow.ops.rollout_ops import standardize_fields
+from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import SampleBatch
 
 # Float32 sums over a minibatch split across two processes (gradients all-reduced) in
@@ -169,6 +171,24 @@ def random_dqn_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
+def replayed_straight_to_the_group(group: LearnerGroup, single, rng: np.random.Generator) -> None:
+    """A replay shard actor hands a learner group a reference to a replayed batch (its rows
+    and importance weights stay in the shard's object store until the processes fetch them),
+    and the update equals one learner's on the same rows."""
+    shards = ReplayShards(1, capacity=256, alpha=0.6, seed=0)
+    try:
+        ray.get(shards.actors[0].add.remote(random_dqn_batch(256, rng)))
+        replayed = next(iter(ParallelReplay(shards, 128, beta=0.4, to_learner=group)))
+        assert isinstance(replayed.data, StoredRows) and replayed.num_samples == 128
+        rows = ray.get(replayed.data.refs[0])
+        np.testing.assert_array_equal(rows["weights"], replayed.weights)
+        expected, got = single.update(rows), group.update(replayed.train_arrays())
+        np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
+        assert group.version == single.version
+    finally:
+        shards.stop()
+
+
 def test_group_update_with_a_target_network_equals_single_process_update(ray_local):
     """Ape-X's learner in a group, fed as ``ToDevice`` feeds it (each process's rows put in the
     object store ahead): per-sample TD errors (the new priorities) in the global batch's order,
@@ -191,6 +211,7 @@ def test_group_update_with_a_target_network_equals_single_process_update(ray_loc
             assert group.target_updates == single.target_updates == updates // 2
             np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
             assert got["mean_q"] == pytest.approx(expected["mean_q"], abs=TOLERANCE)
+        replayed_straight_to_the_group(group, single, rng)
         want, have = single.get_state(), group.get_state()
         for a, b in zip(jax.tree_util.tree_leaves(want.target_params), jax.tree_util.tree_leaves(have.target_params)):
             np.testing.assert_allclose(b, a, atol=TOLERANCE)
