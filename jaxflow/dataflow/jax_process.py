@@ -67,15 +67,16 @@ class JaxProcess:
         return ray.get_runtime_context().get_node_id()
 
 
-def start_jax_processes(count: int, options: dict[str, Any]) -> tuple[list[Any], list[int]]:
+def start_jax_processes(
+    count: int, options: dict[str, Any], env_vars: dict[str, str] | None = None
+) -> tuple[list[Any], list[int]]:
     """``count`` :class:`JaxProcess` actors placed with ``options`` (``Placement.options()``),
     joined into one JAX runtime, process ``i`` being the ``i``-th actor; and each one's
-    number of local devices."""
+    number of local devices. ``env_vars`` are set in their processes (e.g. ``XLA_FLAGS``
+    forcing several CPU devices each)."""
     token = uuid.uuid4().hex  # a runtime env of their own: fresh processes, never a reused one
-    procs = [
-        jax_actor(JaxProcess, env_vars={"JAXFLOW_JAX_RUNTIME": token}, max_restarts=0, **options).remote()
-        for _ in range(count)
-    ]
+    env = dict(env_vars or {}, JAXFLOW_JAX_RUNTIME=token)
+    procs = [jax_actor(JaxProcess, env_vars=env, max_restarts=0, **options).remote() for _ in range(count)]
     coordinator = ray.get(procs[0].address.remote())
     joined = ray.get([p.initialize.remote(coordinator, count, i) for i, p in enumerate(procs)])
     assert [index for index, _ in joined] == list(range(count)), joined

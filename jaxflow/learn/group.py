@@ -107,9 +107,15 @@ class LearnerGroup:
         >>> metrics = group.update(batch)  # rows [0, n/2) train in process 0, the rest in process 1  # doctest: +SKIP
     """
 
-    def __init__(self, make_learner: Callable[..., Learner], num_learners: int, placement: Placement):
+    def __init__(
+        self,
+        make_learner: Callable[..., Learner],
+        num_learners: int,
+        placement: Placement,
+        env_vars: dict[str, str] | None = None,
+    ):
         placement.check_room(num_learners, f"learners (num_learners={num_learners})")
-        self.processes, self.local_devices = start_jax_processes(num_learners, placement.options())
+        self.processes, self.local_devices = start_jax_processes(num_learners, placement.options(), env_vars)
         host(self.processes, functools.partial(GroupMember, make_learner))
         self._version = 0
         self.target_updates = 0

@@ -32,6 +32,9 @@ from jaxflow.rollout.batch import SampleBatch
 # another order than one process's: equal to a few ulps of the parameters' scale.
 TOLERANCE = 1e-5
 
+TWO_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+"""Each learner process with 2 CPU devices, as on a host with 2 accelerators."""
+
 
 def random_ppo_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """A CartPole PPO train batch of ``n`` samples with random (valid) contents."""
@@ -62,7 +65,7 @@ def stored_update_equals_single(group: LearnerGroup, single, rng: np.random.Gene
     holder = RowsHolder.remote()
     fragments = [random_ppo_batch(n, rng) for n in (40, 24, 64)]
     refs = [ray.get(holder.store.remote(f))[0] for f in fragments]
-    stored = StoredRows(tuple(refs), (40, 24, 64), standardize=("advantages",))
+    stored = StoredRows(tuple(refs), (40, 24, 64), 128, standardize=("advantages",))
     joined = {k: np.concatenate([f[k] for f in fragments]) for k in fragments[0]}
     version = single.version
     expected, got = single.update(standardize_fields(joined, ["advantages"])), group.update(stored)
@@ -73,7 +76,7 @@ def stored_update_equals_single(group: LearnerGroup, single, rng: np.random.Gene
     # skipped by every process alike, and the next one trains. (Rows this large stay in the
     # object store; Ray inlines small ones into the reply, as it did above.)
     large = dict(fragments[2], padding=np.zeros((64, 1024), np.float32))
-    lost = StoredRows((ray.get(holder.store.remote(large))[0],), (64,))
+    lost = StoredRows((ray.get(holder.store.remote(large))[0],), (64,), 64)
     ray.kill(holder)
     wait_until_lost(lost.refs[0])
     assert group.update(lost) == {BATCHES_LOST: 1.0}
@@ -97,8 +100,9 @@ def test_group_update_equals_single_process_update(ray_local):
     config = make_config(spec.config_cls, train_batch_size=256, minibatch_size=64, num_epochs=2, vf_clip=10.0)
     _, make_learner = learner_factory(config, spec)
     single = make_learner()
-    group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5))
+    group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5), env_vars=TWO_CPU_DEVICES)
     try:
+        assert group.local_devices == [2, 2]  # each process's rows sharded over its own 2 devices
         rng = np.random.default_rng(0)
         for updates in (1, 2):  # the second update starts from the first's state in both
             batch = random_ppo_batch(256, rng)
