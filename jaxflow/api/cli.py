@@ -52,7 +52,6 @@ def _resumed_run(args: argparse.Namespace, resume: str) -> tuple[Any, str]:
     overrides before Ray starts, the run continued in the run directory it belongs to."""
     from jaxflow.api.algorithm import Algorithm
     from jaxflow.api.program import resolve_mode
-    from jaxflow.api.ray_program import init_ray
     from jaxflow.api.restore import plan_restore, run_directory
 
     plan = plan_restore(resume, overrides(args), from_strings=True)  # verified before Ray starts
@@ -62,8 +61,7 @@ def _resumed_run(args: argparse.Namespace, resume: str) -> tuple[Any, str]:
     spec, config = plan.spec, plan.config
     mode = resolve_mode(config, spec)
     print(f"jaxflow: resuming {spec.name} from {plan.path}, {_describe(config, mode)}", flush=True)
-    if mode == "ray":
-        init_ray(args.address)
+    _start_ray(args, spec, config, mode)
     return Algorithm.from_plan(plan), logdir
 
 
@@ -72,7 +70,6 @@ def _new_run(args: argparse.Namespace, store: Any) -> tuple[Any, str]:
     storage and logdir claimed, all before Ray starts."""
     from jaxflow.api.algorithm import Algorithm
     from jaxflow.api.program import resolve_mode
-    from jaxflow.api.ray_program import init_ray
     from jaxflow.api.spaces import env_spaces
 
     spec, config = new_run(args)  # validated before any actor starts
@@ -90,9 +87,17 @@ def _new_run(args: argparse.Namespace, store: Any) -> tuple[Any, str]:
         store.claim(args.overwrite)
     claim_logdir(logdir, args.overwrite)  # a run there is refused (or replaced) before anything starts
     print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
-    if mode == "ray":
-        init_ray(args.address)
+    _start_ray(args, spec, config, mode)
     return Algorithm(config, spec), logdir
+
+
+def _start_ray(args: argparse.Namespace, spec: Any, config: Any, mode: str) -> None:
+    """Ray for a Ray-mode run that needs it, or joins the cluster ``--address`` names: a
+    plan's run with nothing outside this process (``num_workers=0``) runs without Ray."""
+    from jaxflow.api.ray_program import init_ray, needs_ray
+
+    if mode == "ray" and (args.address or spec.plan is None or needs_ray(config, spec)):
+        init_ray(args.address)
 
 
 def _storage(args: argparse.Namespace) -> tuple[Any, str | None]:

@@ -26,6 +26,7 @@ from jaxflow.learn.group import LearnerGroup
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
+from jaxflow.replay.local import replay_in_driver
 from jaxflow.rollout.evaluation import Evaluator, evaluate_policy
 from jaxflow.rollout.normalize import Normalizer, normalizer_init
 from jaxflow.rollout.postprocess import example_train_batch
@@ -73,7 +74,8 @@ class RayProgram:
             spec.workers.explore,
         )
         warm_up = self._start_warm_up(worker_spec)
-        init_ray()
+        if needs_ray(config, spec):
+            init_ray()
         self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
         self.replay = spec.run.replay(config) if spec.run.replay else None
         self.files: CheckpointFiles | None = self.replay  # replay contents go with every checkpoint
@@ -214,6 +216,18 @@ def learner_placement(config: Any) -> Placement:
     """Where a learner group's processes go: ``num_cpus_per_learner`` each, by the rollout
     workers' ``placement_strategy``."""
     return Placement(num_cpus=config.num_cpus_per_learner, strategy=config.rollout.placement_strategy)
+
+
+def needs_ray(config: Any, spec: AlgorithmSpec) -> bool:
+    """Whether a run of ``spec``'s plan has anything outside the driver's process: rollout
+    workers, a learner group, replay shard actors or an evaluation actor. A run with none of
+    them (``num_workers=0``, its replay in the driver) never starts Ray."""
+    return bool(
+        config.rollout.num_workers
+        or config.num_learners > 1
+        or config.evaluation_interval
+        or (spec.run.replay is not None and not replay_in_driver(config))
+    )
 
 
 def init_ray(address: str | None = None) -> None:

@@ -189,3 +189,10 @@ def current_group() -> PlacementGroup | None:
 def node_id() -> str:
     """The Ray node this process runs on (an actor's answer to "where are you?")."""
     return ray.get_runtime_context().get_node_id()
+
+
+def driver_node_id() -> str | None:
+    """The driver's Ray node, for the parts of a run that live in its process (a worker or
+    replay with ``num_workers=0``); None where the run never started Ray: asking Ray's
+    runtime context would start it."""
+    return node_id() if ray.is_initialized() else None

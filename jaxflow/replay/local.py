@@ -105,9 +105,9 @@ class LocalReplay:
         check_fits(directory, 1, self.capacity)
         return [self.shard.import_state(read_bytes(shard_path(directory, 0)))]
 
-    def node_ids(self) -> list[str]:
-        """The Ray node of this process, the shard's."""
-        return [placement.node_id()]
+    def node_ids(self) -> list[str | None]:
+        """The Ray node of this process, the shard's (None in a run that never started Ray)."""
+        return [placement.driver_node_id()]
 
     def stats(self) -> list[dict[str, Any]]:
         """``[ReplayShard.stats()]``, as :meth:`ReplayShards.stats` has it."""

@@ -17,7 +17,7 @@ from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, MAX_START_ATTEMPTS, S
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.groups import RolloutConfig
 from jaxflow.dataflow.actors import Done, jax_actor
-from jaxflow.dataflow.placement import Placement, check_placeable, lost_with_its_node, node_id
+from jaxflow.dataflow.placement import Placement, check_placeable, driver_node_id, lost_with_its_node
 from jaxflow.rollout.normalize import Normalizer, normalizer_merge
 from jaxflow.rollout.worker import RolloutWorker
 
@@ -142,10 +142,11 @@ class WorkerSet:
                 if waited > self._startup_s:
                     raise WorkerCrashedError(f"rollout worker {i} failed to restart: it did not answer after start-up.")
 
-    def node_ids(self) -> dict[int, str]:
-        """The Ray node each live worker runs on, by worker index."""
+    def node_ids(self) -> dict[int, str | None]:
+        """The Ray node each live worker runs on, by worker index (the in-driver worker's is
+        None in a run that never started Ray)."""
         slots = sorted(self._slots.items(), key=lambda s: s[0])
-        return {i: node_id() if isinstance(h, _InDriver) else ray.get(h.node_id.remote()) for i, h in slots}
+        return {i: driver_node_id() if isinstance(h, _InDriver) else ray.get(h.node_id.remote()) for i, h in slots}
 
     def submit(self, handle: Any, method: str, fns: tuple[Callable[..., Any], ...]) -> ray.ObjectRef | Done:
         if isinstance(handle, _InDriver):  # sampled here: the fragment stays out of the object store

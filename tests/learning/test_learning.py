@@ -33,12 +33,12 @@ def test_ppo_samples_in_the_driver_with_zero_workers(ray_local):
     assert result["episode_return_mean"] >= 200.0, result
 
 
-def test_dqn_reaches_450_within_200k_steps(ray_local):
+def test_dqn_reaches_450_within_120k_steps(ray_local):
     result, _algo, stop = tuned.run("dqn-cartpole")
     assert result["env_steps_sampled"] <= stop["env_steps_sampled"] + 2048
-    # The replay ratio is the configured one: 8 replayed transitions per sampled one, in
+    # The replay ratio is the configured one: 32 replayed transitions per sampled one, in
     # whole rounds, counted from learning_starts on.
-    assert result["env_steps_trained"] == pytest.approx(8 * (result["env_steps_sampled"] - 1_000), rel=0.05)
+    assert result["env_steps_trained"] == pytest.approx(32 * (result["env_steps_sampled"] - 1_000), rel=0.05)
 
 
 def test_apex_greedy_policy_reaches_400_within_500k_steps(ray_local):
