@@ -16,8 +16,10 @@ from jaxflow.learn.sgd import (
     move_target,
     sgd_step,
     sgd_update,
+    shard_blocks,
     shuffle_minibatches,
     summarize_metrics,
+    take_rows,
     target_fraction,
 )
 from jaxflow.learn.thread import LearnerThread, LearnerThreadError
@@ -48,7 +50,9 @@ __all__ = [
     "scheduled_optimizer",
     "sgd_step",
     "sgd_update",
+    "shard_blocks",
     "shuffle_minibatches",
     "summarize_metrics",
+    "take_rows",
     "target_fraction",
 ]

@@ -32,9 +32,11 @@ from jaxflow.learn.sgd import (
     TrainState,
     _check_minibatch,
     apply_gradients,
+    default_shuffle_devices,
     minibatch_step,
     move_target,
     sgd_update,
+    shard_blocks,
     shuffle_minibatches,
     summarize_metrics,
     target_fraction,
@@ -66,10 +68,11 @@ def update_and_move_target(
     state: TrainState,
     batch: Mapping[str, jax.Array],
     fraction: jax.Array,
+    num_devices: int = 1,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """:func:`~jaxflow.learn.sgd.sgd_update`, then :func:`~jaxflow.learn.sgd.move_target` by
     ``fraction``: one compiled call where a target update falls due with the update."""
-    state, metrics = sgd_update(loss_fn, optimizer, num_epochs, minibatch_size, state, batch)
+    state, metrics = sgd_update(loss_fn, optimizer, num_epochs, minibatch_size, state, batch, num_devices)
     return move_target(state, fraction), metrics
 
 
@@ -92,8 +95,10 @@ class Learner:
         devices: Sequence[jax.Device] | None = None,
         target_network: bool = False,
         on_nonfinite: str = "raise",
+        shuffle_devices: int | None = None,
     ):
         self.devices = list(devices or jax.local_devices())
+        self._shuffle_devices = shuffle_devices or default_shuffle_devices(self.devices)
         # The state is replaced (and its old buffers donated) by every update, so a learner
         # thread and the plan's thread must not read or replace it at the same time.
         self._lock = threading.RLock()
@@ -107,13 +112,16 @@ class Learner:
         self.on_nonfinite = on_nonfinite
         self._num_epochs, self._minibatch_size = num_epochs, minibatch_size
         self._update = jax.jit(
-            functools.partial(sgd_update, loss_fn, optimizer, num_epochs, minibatch_size),
+            functools.partial(
+                sgd_update, loss_fn, optimizer, num_epochs, minibatch_size, num_devices=self._shuffle_devices
+            ),
             donate_argnums=0,
             out_shardings=(self._replicated, self._replicated),
         )
-        self._shuffle = jax.jit(shuffle_minibatches, static_argnums=(1, 2, 3))
+        self._shuffle = jax.jit(shuffle_minibatches, static_argnums=(1, 2, 3, 4))
         self._step = jax.jit(
             functools.partial(minibatch_step, loss_fn, optimizer),
+            static_argnums=3,
             donate_argnums=1,
             out_shardings=(self._replicated, self._replicated),
         )
@@ -123,7 +131,14 @@ class Learner:
         )
         self._move_target = jax.jit(move_target, donate_argnums=0, out_shardings=self._replicated)
         self._update_and_move = jax.jit(
-            functools.partial(update_and_move_target, loss_fn, optimizer, num_epochs, minibatch_size),
+            functools.partial(
+                update_and_move_target,
+                loss_fn,
+                optimizer,
+                num_epochs,
+                minibatch_size,
+                num_devices=self._shuffle_devices,
+            ),
             donate_argnums=0,
             out_shardings=(self._replicated, self._replicated),
         )
@@ -180,10 +195,11 @@ class Learner:
             if fraction is None:
                 return self._update(state, device_batch)
             return self._update_and_move(state, device_batch, np.float32(fraction))
-        rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb)
+        shards = shard_blocks(n, self._num_epochs, mb, self._shuffle_devices)
+        rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb, shards)
         state, steps = state._replace(rng=rng), []
         for row in np.asarray(idx):
-            state, metrics = self._step(device_batch, state, row)
+            state, metrics = self._step(device_batch, state, row, shards)
             steps.append(metrics)
         if fraction is not None:
             state = self._move_target(state, np.float32(fraction))
@@ -193,7 +209,7 @@ class Learner:
     def _convolutional_on_cpu(self, state: TrainState, device_batch: dict[str, jax.Array], mb: int) -> bool:
         if self.devices[0].platform != "cpu":
             return False
-        lowered = self._step.lower(device_batch, state, np.zeros(mb, np.int32))
+        lowered = self._step.lower(device_batch, state, np.zeros(mb, np.int32), 1)
         return "stablehlo.convolution" in lowered.as_text()
 
     def update(self, batch: Mapping[str, Any]) -> dict[str, Any]:

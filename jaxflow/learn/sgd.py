@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import chex
@@ -90,24 +90,75 @@ def sgd_step(
     return state._replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
 
 
-def minibatch_indices(key: jax.Array, n: int, num_epochs: int, minibatch_size: int) -> jax.Array:
+def minibatch_indices(key: jax.Array, n: int, num_epochs: int, minibatch_size: int, num_shards: int = 1) -> jax.Array:
     """``[num_epochs * (n // minibatch_size), minibatch_size]`` sample indices, one row per
     SGD step: a single epoch goes through the batch in order (replayed or freshly sampled
     batches are already in random order); several epochs shuffle each pass with their own
-    key from ``key``. Samples of an incomplete last minibatch are left out of that epoch."""
+    key from ``key``. Samples of an incomplete last minibatch are left out of that epoch.
+
+    With ``num_shards`` blocks (:func:`shard_blocks`: the batch sharded over that many
+    devices in equal consecutive blocks), each epoch shuffles every block on its own and a
+    minibatch takes an equal part from each, block by block: every device then gathers its
+    part of a minibatch from its own rows and only the gradients cross devices. A shuffle of
+    the whole batch would gather each minibatch onto every device, and every device would
+    compute the whole minibatch.
+
+    Example:
+        >>> minibatch_indices(jax.random.PRNGKey(0), 8, 2, 4, num_shards=2).shape
+        (4, 4)
+    """
     num_mb = n // minibatch_size
     if num_epochs == 1:
         return jnp.arange(num_mb * minibatch_size).reshape(num_mb, minibatch_size)
-    perms = jax.vmap(lambda k: jax.random.permutation(k, n)[: num_mb * minibatch_size])(
-        jax.random.split(key, num_epochs)
-    )
+    if num_shards == 1:
+        perms = jax.vmap(lambda k: jax.random.permutation(k, n)[: num_mb * minibatch_size])(
+            jax.random.split(key, num_epochs)
+        )
+        return perms.reshape(num_epochs * num_mb, minibatch_size)
+    block, part = n // num_shards, minibatch_size // num_shards
+    keys = jax.random.split(key, (num_epochs, num_shards))
+    perms = jax.vmap(jax.vmap(lambda k: jax.random.permutation(k, block)[: num_mb * part]))(keys)
+    perms = perms + (jnp.arange(num_shards) * block)[:, None]  # [epochs, shards, num_mb * part], global
+    perms = perms.reshape(num_epochs, num_shards, num_mb, part).transpose(0, 2, 1, 3)
     return perms.reshape(num_epochs * num_mb, minibatch_size)
 
 
-def shuffle_minibatches(rng: jax.Array, n: int, num_epochs: int, minibatch_size: int) -> tuple[jax.Array, jax.Array]:
+def shard_blocks(n: int, num_epochs: int, minibatch_size: int, num_devices: int) -> int:
+    """The blocks :func:`minibatch_indices` shuffles within for a batch of ``n`` sharded over
+    ``num_devices``: one per device where each holds an equal part of every minibatch (the
+    device count divides ``n`` and ``minibatch_size``; one epoch in order only when the
+    minibatch is the whole batch, whose order is already by block), else 1."""
+    in_blocks = num_epochs > 1 or minibatch_size == n
+    return num_devices if num_devices > 1 and in_blocks and not (n % num_devices or minibatch_size % num_devices) else 1
+
+
+def default_shuffle_devices(devices: Sequence[jax.Device]) -> int:
+    """The device count a learner's minibatches are shuffled for (:func:`~jaxflow.learn.sgd.shard_blocks`):
+    its devices, so each computes its own part of every minibatch and only the gradients
+    cross devices; but 1 (the whole minibatch on every device) on CPUs of several processes,
+    where gloo reduces each gradient leaf in a round trip of its own and a small network's
+    step costs less than those round trips (PPO's CartPole update, 32 steps, in 2 learner
+    processes on 2 loaded cores: 0.6 s whole, 1.3-1.6 s in blocks)."""
+    multi_process = len({d.process_index for d in devices}) > 1
+    return 1 if multi_process and devices[0].platform == "cpu" else len(devices)
+
+
+def shuffle_minibatches(
+    rng: jax.Array, n: int, num_epochs: int, minibatch_size: int, num_shards: int = 1
+) -> tuple[jax.Array, jax.Array]:
     """The state's next PRNG key and an update's :func:`minibatch_indices`."""
     rng, key = jax.random.split(rng)
-    return rng, minibatch_indices(key, n, num_epochs, minibatch_size)
+    return rng, minibatch_indices(key, n, num_epochs, minibatch_size, num_shards)
+
+
+def take_rows(x: jax.Array, idx: jax.Array, num_shards: int = 1) -> jax.Array:
+    """``x[idx]`` for indices :func:`minibatch_indices` made in ``num_shards`` blocks: each
+    block's rows gathered within that block, so XLA keeps the gather on its device."""
+    if num_shards == 1:
+        return x[idx]
+    blocks = x.reshape((num_shards, x.shape[0] // num_shards) + x.shape[1:])
+    local = idx.reshape(num_shards, -1) - (jnp.arange(num_shards) * blocks.shape[1])[:, None]
+    return jax.vmap(lambda rows, i: rows[i])(blocks, local).reshape((idx.shape[0],) + x.shape[1:])
 
 
 def minibatch_step(
@@ -116,9 +167,10 @@ def minibatch_step(
     batch: Mapping[str, jax.Array],
     state: TrainState,
     idx: jax.Array,
+    num_shards: int = 1,
 ) -> tuple[TrainState, Any]:
-    """:func:`sgd_step` on the samples ``idx`` of ``batch``."""
-    return sgd_step(loss_fn, optimizer, state, jax.tree_util.tree_map(lambda x: x[idx], batch))
+    """:func:`sgd_step` on the samples ``idx`` of ``batch`` (made in ``num_shards`` blocks)."""
+    return sgd_step(loss_fn, optimizer, state, jax.tree_util.tree_map(lambda x: take_rows(x, idx, num_shards), batch))
 
 
 def summarize_metrics(metrics: Mapping[str, Any], num_epochs: int) -> dict[str, Any]:
@@ -144,14 +196,17 @@ def sgd_update(
     minibatch_size: int | None,
     state: TrainState,
     batch: Mapping[str, jax.Array],
+    num_devices: int = 1,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
-    """``num_epochs`` passes of minibatch SGD over ``batch`` (see :func:`minibatch_indices`)
+    """``num_epochs`` passes of minibatch SGD over ``batch`` (see :func:`minibatch_indices`;
+    minibatches in blocks by :func:`shard_blocks` for a batch sharded over ``num_devices``)
     as one ``lax.scan``; metrics as :func:`summarize_metrics` makes them."""
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     chex.assert_tree_shape_prefix(batch, (n,))
     mb = _check_minibatch(n, minibatch_size)
-    rng, idx = shuffle_minibatches(state.rng, n, num_epochs, mb)
-    step = functools.partial(minibatch_step, loss_fn, optimizer, batch)
+    shards = shard_blocks(n, num_epochs, mb, num_devices)
+    rng, idx = shuffle_minibatches(state.rng, n, num_epochs, mb, shards)
+    step = functools.partial(minibatch_step, loss_fn, optimizer, batch, num_shards=shards)
     state, metrics = jax.lax.scan(step, state._replace(rng=rng), idx)
     return state, summarize_metrics(metrics, num_epochs)
 

@@ -5,6 +5,7 @@ checkpoints and restores."""
 
 from __future__ import annotations
 
+import functools
 import operator
 import time
 
@@ -101,6 +102,9 @@ def test_group_update_equals_single_process_update(ray_local):
     spec = get_algorithm("PPO")
     config = make_config(spec.config_cls, train_batch_size=256, minibatch_size=64, num_epochs=2, vf_clip=10.0)
     _, make_learner = learner_factory(config, spec)
+    # Minibatches shuffled within each of the 4 devices' rows (sgd.shard_blocks), as on
+    # accelerators: rows never cross processes, gradients do; one learner shuffles alike.
+    make_learner = functools.partial(make_learner, shuffle_devices=4)
     single = make_learner()
     group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5), env_vars=TWO_CPU_DEVICES)
     try:

@@ -17,7 +17,7 @@ import optax
 import pytest
 
 from jaxflow.learn.learner import Learner
-from jaxflow.learn.sgd import sgd_update
+from jaxflow.learn.sgd import minibatch_indices, sgd_update, shard_blocks, take_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -124,7 +124,7 @@ def test_minibatch_larger_than_batch_raises():
 
 
 MULTI_DEVICE_SCRIPT = textwrap.dedent(
-    """
+    r"""
     import jax, jax.numpy as jnp, numpy as np, optax
     from jaxflow.learn.learner import Learner
 
@@ -165,13 +165,31 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     conv_params = {"k": rng.normal(size=(4, 4, 2, 3)).astype(np.float32) / 4, "w": rng.normal(size=(48,)).astype(np.float32) / 5}
     conv_batch = {"img": rng.normal(size=(n, 10, 10, 2)).astype(np.float32), "y": batch["y"]}
     conv_copy = lambda: jax.tree_util.tree_map(np.array, conv_params)
-    conv_one = Learner(conv_loss, optax.sgd(0.5), conv_copy(), devices=jax.devices()[:1], num_epochs=2, minibatch_size=16)
-    conv_four = Learner(conv_loss, optax.sgd(0.5), conv_copy(), devices=jax.devices(), num_epochs=2, minibatch_size=16)
+    CONV_LR = 0.05  # 0.5 diverges within the 8 steps, and a diverging run magnifies float order
+    conv_one = Learner(
+        conv_loss, optax.sgd(CONV_LR), conv_copy(), devices=jax.devices()[:1], num_epochs=2, minibatch_size=16, shuffle_devices=4
+    )
+    conv_four = Learner(conv_loss, optax.sgd(CONV_LR), conv_copy(), devices=jax.devices(), num_epochs=2, minibatch_size=16)
     conv_one.update(conv_batch), conv_four.update(conv_batch)
     q1, q4 = conv_one.get_weights(), conv_four.get_weights()
     print("CONV_LOOPS", conv_one.loop, conv_four.loop)
     print("CONV_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(q4))))
     print("CONV_MOVED", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(conv_params))))
+
+    # Several epochs: minibatches shuffled within each device's rows (one learner told of 4
+    # devices shuffles alike), so only parameter-shaped arrays cross devices, never rows.
+    import re
+    def row_collectives(learner):
+        hlo = learner._update.lower(learner.state, learner.put_batch(batch)).compile().as_text()
+        shapes = [l.split(" all-")[0] for l in hlo.splitlines() if re.search(r" (all-reduce|all-gather|all-to-all|collective-permute)(-start)?\(", l)]
+        return len(shapes), sum(bool(re.search(r"\[8[,\]]", s)) for s in shapes)
+    ep_one = Learner(loss, optax.sgd(0.01), copy(), devices=jax.devices()[:1], num_epochs=2, minibatch_size=8, shuffle_devices=4)
+    ep_four = Learner(loss, optax.sgd(0.01), copy(), devices=jax.devices(), num_epochs=2, minibatch_size=8)
+    ep_one.update(batch), ep_four.update(batch)
+    print("EPOCH_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(ep_one.get_weights()), leaves(ep_four.get_weights()))))
+    print("BLOCK_COLLECTIVES", *row_collectives(ep_four))
+    whole = Learner(loss, optax.sgd(0.5), copy(), devices=jax.devices(), num_epochs=2, minibatch_size=8, shuffle_devices=1)
+    print("WHOLE_COLLECTIVES", *row_collectives(whole))
 
     placed = four.put_batch(batch)["x"]
     print("BATCH_DEVICES", placed.sharding.num_devices, len(placed.addressable_shards))
@@ -212,6 +230,17 @@ def test_four_devices_match_one_device_in_the_host_loop(multi_device_output):
     assert multi_device_output["CONV_LOOPS"] == "host host"
     assert float(multi_device_output["CONV_MOVED"]) > 1e-3
     assert float(multi_device_output["CONV_DIFF"]) < 1e-5
+
+
+def test_epochs_shuffle_within_each_devices_rows_and_match_one_device(multi_device_output):
+    """Minibatches of 8 over 4 devices, 2 epochs: each device gathers its 2 rows of a
+    minibatch from its own 16, so the compiled update moves only gradients across devices
+    (a shuffle of the whole batch gathers each minibatch's rows onto every device); one
+    device told to shuffle for 4 updates alike."""
+    assert float(multi_device_output["EPOCH_DIFF"]) < 1e-5
+    collectives, with_rows = map(int, multi_device_output["BLOCK_COLLECTIVES"].split())
+    assert collectives >= 1 and with_rows == 0  # the gradients cross devices; no row does
+    assert int(multi_device_output["WHOLE_COLLECTIVES"].split()[1]) >= 1
 
 
 def test_four_device_learner_shards_batch_and_replicates_params(multi_device_output):
@@ -326,3 +355,19 @@ def test_a_followed_target_moves_inside_the_update_it_falls_due_in():
     jax.tree.map(np.testing.assert_allclose, folded.get_state().target_params, apart.get_state().target_params)
     jax.tree.map(np.testing.assert_allclose, folded.get_state().params, apart.get_state().params)
     assert not np.allclose(folded.get_state().target_params["w"], params["w"])  # it moved
+
+
+def test_minibatches_in_blocks_take_an_equal_part_of_each_devices_rows():
+    """8 samples on 2 devices (rows 0-3 and 4-7), minibatches of 4, 3 epochs: every minibatch
+    holds 2 of each device's rows, in device order, and every epoch visits each row once."""
+    idx = np.asarray(minibatch_indices(jax.random.PRNGKey(0), 8, 3, 4, num_shards=2))
+    assert idx.shape == (6, 4)
+    assert (idx[:, :2] < 4).all() and (idx[:, 2:] >= 4).all()
+    for epoch in idx.reshape(3, 8):
+        assert sorted(epoch) == list(range(8))
+    assert len({tuple(e) for e in idx.reshape(3, 8)}) > 1  # each epoch its own shuffle
+    rows = np.arange(8) * 10.0
+    np.testing.assert_array_equal(take_rows(jnp.asarray(rows), jnp.asarray(idx[0]), 2), rows[idx[0]])
+    assert shard_blocks(8, 3, 4, 2) == 2
+    assert shard_blocks(8, 1, 4, 2) == 1  # one epoch in order: the minibatches follow the batch
+    assert shard_blocks(8, 3, 3, 2) == 1  # 2 devices cannot take equal parts of 3
