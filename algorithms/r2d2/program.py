@@ -34,7 +34,7 @@ def r2d2_policy(config: R2D2Config, obs_space: gymnasium.Space, action_space: gy
         raise TypeError(f"R2D2's Q-network needs a Discrete action space (one value per action), got {action_space}")
     obs_shape = tuple(obs_space.shape or ())
     network = LSTMQNetwork(
-        int(action_space.n), tuple(config.hidden_sizes), config.lstm_size, max(1, len(obs_shape)), config.dueling
+        int(action_space.n), tuple(config.hidden_sizes), config.lstm_units, max(1, len(obs_shape)), config.dueling
     )
     outputs = functools.partial(rescaled_q_outputs, eps=config.value_rescaling_eps)
     masked = isinstance(obs_space, MaskedBox)

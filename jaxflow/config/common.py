@@ -13,6 +13,9 @@ from jaxflow.config.schedules import float_fields, perturbable, validate_schedul
 RECURRENT_SUPPORT = "PPO (device and Ray mode), A2C, IMPALA and APPO (Ray mode), and R2D2 (device and Ray mode)"
 """Where ``use_lstm`` trains, as a refusal names it (each config's ``recurrent_modes``)."""
 
+DEFAULT_LSTM_SIZE = 64
+"""Units of jaxflow's LSTM where ``lstm_size`` is left unset."""
+
 LEARNER_GROUP_SUPPORT = "PPO, A2C, IMPALA, APPO, DQN, Ape-X and Rainbow"
 """Where ``num_learners > 1`` trains, as a refusal names it (each config's ``learner_group``)."""
 
@@ -58,8 +61,9 @@ class CommonConfig(StrictKeywords):
     """A recurrent policy: an LSTM of ``lstm_size`` units after the MLP torso, its state
     carried across steps and reset where an episode starts (see :mod:`jaxflow.networks.recurrent`);
     with ``model``, that model is the recurrent network (see :mod:`jaxflow.networks.models`)."""
-    lstm_size: int = param(64, POSITIVE)
-    """Units of jaxflow's LSTM (``use_lstm`` without ``model``)."""
+    lstm_size: int | None = param(None, POSITIVE)
+    """Units of jaxflow's LSTM (``use_lstm`` without ``model``); unset: ``DEFAULT_LSTM_SIZE``.
+    Refused with ``model``, whose module decides its own core (sizes through ``model_config``)."""
     state_dependent_std: bool = False
     """Box actions: the Gaussian's log-std is an output of the network (else one learned parameter per action dimension)."""
     metrics_num_episodes: int = param(100, POSITIVE)
@@ -114,10 +118,20 @@ class CommonConfig(StrictKeywords):
             "ahead acts with weights one update old; use it with IMPALA, APPO, DQN or APEX.",
         )
 
+    @property
+    def lstm_units(self) -> int:
+        """The units of jaxflow's LSTM: ``lstm_size``, or ``DEFAULT_LSTM_SIZE`` where unset."""
+        return DEFAULT_LSTM_SIZE if self.lstm_size is None else self.lstm_size
+
     def _validate_recurrent(self) -> None:
+        name, modes = type(self).__name__, type(self).recurrent_modes
+        require(
+            self.model is None or self.lstm_size is None,
+            f"{name}.lstm_size={self.lstm_size} with model={self.model!r}: the model decides its own recurrent core "
+            "(its sizes through model_config); leave lstm_size unset, or drop model for jaxflow's LSTM.",
+        )
         if not self.use_lstm:
             return
-        name, modes = type(self).__name__, type(self).recurrent_modes
         require(
             bool(modes),
             f"{name}.use_lstm=True: {name.removesuffix('Config')} has no recurrent policy yet; "

@@ -19,6 +19,10 @@ from jaxflow.config.names import field_type, flat_names, groups, is_field, make_
 
 C = TypeVar("C")
 
+UNSET_BEFORE = {"lstm_size": 64}
+"""Fields a config written by an older jaxflow holds at their old default, unused beside a
+``model``, that are now left unset (None) there, where they are refused."""
+
 
 def parse_value(cls: type, field: str, text: str) -> Any:
     """Parses the string ``text`` as a value of the setting ``field`` (flat or dotted) of ``cls``."""
@@ -100,8 +104,12 @@ def json_values(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_json_dict(cls: type, data: Mapping[str, Any]) -> Any:
-    """Rebuilds a config written by :func:`to_json_dict` (or one with flat names), restoring tuples."""
-    return make_config(cls, **json_values(cls, data))
+    """Rebuilds a config written by :func:`to_json_dict` (or one with flat names), restoring tuples;
+    in one written with a ``model`` by an older jaxflow, the unused defaults of :data:`UNSET_BEFORE` are unset."""
+    values = json_values(cls, data)
+    if values.get("model") is not None:
+        values.update({k: None for k, old in UNSET_BEFORE.items() if values.get(k) == old})
+    return make_config(cls, **values)
 
 
 def load_config_file(cls: type, path: str) -> Any:

@@ -15,7 +15,7 @@ What the module returns is the algorithm's contract: ``(distribution inputs [B, 
 Q-network; :func:`check_outputs` refuses any other shape when the policy is built.
 
 A recurrent model (``model`` plus ``use_lstm=True``, for PPO, A2C, IMPALA and APPO: the flag
-says the model carries a state, jaxflow's LSTM is then not built and ``lstm_size`` is unused)
+says the model carries a state, jaxflow's LSTM is then not built, and ``lstm_size`` is refused)
 is one time step, as :class:`~jaxflow.networks.recurrent.LSTMActorCritic` is: it has
 ``initial_carry(batch_size)``, the state of new episodes, any pytree of ``[B, ...]`` arrays (a
 GRU's one array, an LSTM's pair), and ``__call__(carry, obs)`` returns ``(carry, (distribution

@@ -55,7 +55,7 @@ def _lstm_network(config: Any, obs_shape: tuple[int, ...], distribution: Any) ->
     return LSTMActorCritic(
         distribution.num_inputs,
         tuple(config.hidden_sizes),
-        config.lstm_size,
+        config.lstm_units,
         max(1, len(obs_shape)),
         distribution.num_free_inputs,
     )

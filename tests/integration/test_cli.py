@@ -127,6 +127,11 @@ BAD_INPUT = [
         "run-int.json: train: argument --num-workers: invalid int value: 'two'",
     ),
     (["train", "--config", "{tmp}/run-lr.json"], "PPOConfig.lr must satisfy 0 < value, got -1.0"),
+    (
+        ["train", "--algo", "ppo", "--set", "model=user_models:GRUActorCritic", "--set", "lstm_size=32"],
+        "PPOConfig.lstm_size=32 with model='user_models:GRUActorCritic': the model decides its own recurrent core",
+    ),
+    (["train", "--config", "{tmp}/run-core.json"], "IMPALAConfig.lstm_size=16 with model='user_models:GRUActor"),
     (["train", "--algo"], "train: argument --algo: expected one argument"),
     (["train", "--algo", "ppo", "--logdir", "{tmp}/run"], "already holds a run (config.json, progress.jsonl)"),
     (["train", "--algo", "ppo", "--logdir", "{tmp}/list.json"], "is a file, not a directory"),
@@ -164,6 +169,7 @@ RUN_FILES = {
     "run-set.json": '{"algo": "PPO", "set": ["lr=1"]}',
     "run-int.json": '{"algo": "PPO", "num_workers": "two"}',
     "run-lr.json": '{"algo": "PPO", "set": {"lr": -1}}',
+    "run-core.json": '{"algo": "IMPALA", "set": {"model": "user_models:GRUActorCritic", "lstm_size": 16}}',
 }
 
 

@@ -11,10 +11,12 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import ray
 from user_models import GRUActorCritic
 
 from jaxflow import Algorithm
+from jaxflow.algorithms import impala
 from jaxflow.envs.stateless import STATELESS_CARTPOLE
 from jaxflow.policies.sequences import policy_outputs
 
@@ -110,6 +112,85 @@ def test_a_users_gru_on_a_ray_worker_replays_from_its_stored_start_state(ray_loc
     finally:
         algo.stop()
     assert result["env_steps_trained"] > 0 and np.isfinite(result["learner"]["loss"])
+
+
+def a2c_unroll(policy, params, fragment) -> tuple[np.ndarray, np.ndarray]:
+    """A2C's loss path: ``policy_outputs`` over the fragment's flat rows; ``(logp, sampled logp)``, flat."""
+    inputs, _, flat = policy_outputs(policy, params, fragment.train_arrays())
+    return np.asarray(policy.distribution.log_prob(inputs, flat["actions"])), np.asarray(flat["logp"])
+
+
+def vtrace_unroll(policy, params, fragment) -> tuple[np.ndarray, np.ndarray]:
+    """IMPALA's and APPO's loss path: ``evaluate_sequences`` over the learner's batch-major rows; time-major."""
+    rows = impala.sequence_rows(fragment)
+    logp, _, _ = impala.evaluate_sequences(params, rows, policy)
+    return np.asarray(logp), np.swapaxes(rows["logp"], 0, 1)
+
+
+LOSS_UNROLLS = {"A2C": a2c_unroll, "IMPALA": vtrace_unroll, "APPO": vtrace_unroll}
+VTRACE_ITERATION = {"num_workers": 1, "min_env_steps_per_iteration": 4 * T * B}
+"""IMPALA's and APPO's iterations: a Ray worker (their only kind), 4 fragments (their learner
+thread updates on some; APPO's default iteration is 10000 steps)."""
+SETTINGS = {
+    "A2C": {"num_workers": 0},
+    "IMPALA": VTRACE_ITERATION,
+    "APPO": {**VTRACE_ITERATION, "minibatch_sequences": 2},
+}
+"""A2C's worker in the driver (no worker process to start; the same fragments and loss); APPO's
+minibatches of 2 of the 4 sequences a train batch holds."""
+
+
+MARKED_VERSION = 10**6
+"""The weights version the test's own weights carry, told apart from the plan's."""
+
+
+def sampled_with(algo: Algorithm, params, attempts: int = 5):
+    """A fragment the run's one worker samples with ``params``. IMPALA's and APPO's plans go on
+    broadcasting their learner thread's weights between iterations, so one may arrive between
+    the test's weights and its sample: the fragment's ``weights_version`` says which acted."""
+    local = algo.workers.local_worker
+    if local is not None:  # in the driver, which runs no plan between iterations
+        local.set_weights(params, MARKED_VERSION)
+        return local.sample()
+    [(_, worker)] = algo.workers.live()
+    for _ in range(attempts):
+        ray.get(worker.set_weights.remote(params, MARKED_VERSION))
+        fragment = ray.get(worker.sample.remote())
+        if fragment.weights_version == MARKED_VERSION:
+            return fragment
+    raise AssertionError(f"no fragment sampled with the test's weights in {attempts} attempts")
+
+
+@pytest.mark.parametrize("algorithm", sorted(LOSS_UNROLLS))
+def test_a_users_recurrent_model_trains_a2c_impala_and_appo_from_its_stored_start_state(ray_local, algorithm):
+    """A user's GRU (``model=`` with ``use_lstm=True``) trains two iterations of each. Its
+    recurrent (hidden to hidden) weights, which only a gradient through the carried state
+    reaches, have moved; and a fragment the worker then samples with the learner's weights,
+    which starts mid-episode, replays through the loss's own unroll from its stored start state
+    to the sampled log-probabilities (1e-5), where an unroll from zeros does not."""
+    algo = Algorithm.build(
+        algorithm, env=STATELESS_CARTPOLE, mode="ray", model=GRUActorCritic(2, size=GRU), use_lstm=True,
+        num_envs_per_worker=B, rollout_fragment_length=T, train_batch_size=2 * T * B,
+        env_config={"max_steps_in_episode": EPISODE}, seed=0, **SETTINGS[algorithm],
+    )  # fmt: skip
+    try:
+        before = algo.learner.get_weights()["params"]["GRUCell_0"]
+        updates = sum(algo.train()["num_updates"] for _ in range(2))
+        params = algo.learner.get_weights()
+        fragment = sampled_with(algo, params)
+    finally:
+        algo.stop()
+    assert updates >= 2
+    for gate in ("hr", "hz", "hn"):
+        moved = np.abs(params["params"]["GRUCell_0"][gate]["kernel"] - before[gate]["kernel"]).max()
+        assert moved > 1e-4, (gate, moved)
+    start = fragment.data["policy_state"]
+    assert start.shape == (B, GRU) and np.abs(start).max() > 0 and fragment.data["episode_starts"][1:].any()
+    unroll = LOSS_UNROLLS[algorithm]
+    logp, sampled = unroll(algo.policy, params, fragment)
+    np.testing.assert_allclose(logp, sampled, atol=1e-5)
+    from_zeros, _ = unroll(algo.policy, params, fragment._replace(data=dict(fragment.data, policy_state=0 * start)))
+    assert np.abs(from_zeros - sampled).max() > 1e-4
 
 
 def test_impala_trains_a_recurrent_policy_from_ray_workers_fragments(ray_local):

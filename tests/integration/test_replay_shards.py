@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import ray
 
 from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.actors import ship_module_by_value
 from jaxflow.dataflow.iterators import from_items
 from jaxflow.ops.replay_ops import (
     REPLAY_ITEMS_DROPPED,
@@ -19,7 +25,7 @@ from jaxflow.ops.replay_ops import (
     UpdatePriorities,
 )
 from jaxflow.replay.replayed import ReplayBatch
-from jaxflow.replay.saved import check_fits, check_record
+from jaxflow.replay.saved import check_fits, check_record, read_bytes
 from jaxflow.replay.shard import ReplayShard, ReplayShardError
 from jaxflow.replay.shards import ReplayShards
 from jaxflow.rollout.batch import SampleBatch
@@ -292,6 +298,78 @@ def test_a_shard_dead_during_a_load_without_restart_is_named_in_one_line(make_sh
     kill(shards.actors[0])
     with pytest.raises(ReplayShardError, match="replay shard 0 died while loading .*replay_shard_0.npz") as e:
         shards.load(path)
+    assert "\n" not in str(e.value) and "on_worker_failure='restart'" in str(e.value)
+
+
+STALL_S = 120.0
+"""How long a :class:`StallingShard` waits, half loaded, for the kill: far longer than any test."""
+
+
+class StallingShard(ReplayShard):
+    """A shard whose first incarnation (generation 0) stops in the middle of ``import_state``:
+    the buffer's contents are in, the counters and generator not yet, and it waits there to be
+    killed. Its restarts (generation >= 1) load as any shard does."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._halfway = threading.Event()
+
+    def import_state(self, data: bytes) -> int:
+        if self.generation > 0:
+            return super().import_state(data)
+        with np.load(io.BytesIO(data), allow_pickle=False) as f:
+            buffer = json.loads(f["__meta__"].tobytes().decode())["buffer"]
+            buffer.update({k[len("buffer/") :]: f[k] for k in f.files if k.startswith("buffer/")})
+        with self._cond:
+            self._buffer.set_state(buffer)
+        self._halfway.set()
+        time.sleep(STALL_S)
+        raise AssertionError(f"shard {self.index} was not killed while loading")
+
+    def halfway(self) -> bool:
+        """Whether a load has got halfway (asked while it waits: the actor is threaded)."""
+        return self._halfway.is_set()
+
+
+ship_module_by_value(sys.modules[__name__])  # the shard actors import StallingShard from this file's code
+
+
+def load_killed_halfway(shards: ReplayShards, path: str) -> list[int]:
+    """``shards.load(path)`` on a thread, shard 0 killed with ``ray.kill`` once its load is halfway."""
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(shards.load, path)
+        deadline = time.monotonic() + KILL_TIMEOUT_S
+        while not ray.get(shards.actors[0].halfway.remote(), timeout=KILL_TIMEOUT_S):
+            assert time.monotonic() < deadline, "shard 0's load never got halfway"
+            time.sleep(0.05)
+        assert ray.get(shards.actors[0].stats.remote())["size"] > 0  # half loaded: contents in, counters not
+        ray.kill(shards.actors[0], no_restart=True)
+        return loading.result(timeout=2 * KILL_TIMEOUT_S)
+
+
+def test_a_shard_killed_in_the_middle_of_its_load_is_restarted_with_the_checkpoints_contents(make_shards, tmp_path):
+    path, expected = _checkpoint(tmp_path, sizes=(10,))
+    saved = ReplayShard(capacity=100, seed=0)
+    saved.import_state(read_bytes(os.path.join(path, "replay_shard_0.npz")))
+    shards = make_shards(1, capacity=100, seed=1, on_failure="restart", shard_cls=StallingShard)
+    half_loaded = shards.actors[0]
+    assert load_killed_halfway(shards, path) == [10]
+    assert shards.num_restarts == 1 and shards.restored_checkpoints == {0: path} and shards.restored_sizes == {0: 10}
+    assert shards.actors[0] is not half_loaded and ray.get(shards.actors[0].ping.remote()) == 1  # a new incarnation
+    [stats] = shards.stats()
+    assert (stats["size"], stats["inserted"]) == (10, 10)
+    np.testing.assert_array_equal(shard_ids(shards)[0], expected[0])
+    state, want = ray.get(shards.actors[0].get_state.remote()), saved.get_state()
+    np.testing.assert_array_equal(state["buffer"]["data/obs"][[0, 4, 9]], want["buffer"]["data/obs"][[0, 4, 9]])
+    np.testing.assert_array_equal(state["buffer"]["masses"], want["buffer"]["masses"])
+    assert state["rng"] == want["rng"]  # the generator too: the part the killed load never reached
+
+
+def test_a_shard_killed_in_the_middle_of_its_load_without_restart_is_named_in_one_line(make_shards, tmp_path):
+    path, _ = _checkpoint(tmp_path, sizes=(10,))
+    shards = make_shards(1, capacity=100, seed=1, shard_cls=StallingShard)
+    with pytest.raises(ReplayShardError, match="replay shard 0 died while loading .*replay_shard_0.npz") as e:
+        load_killed_halfway(shards, path)
     assert "\n" not in str(e.value) and "on_worker_failure='restart'" in str(e.value)
 
 

@@ -152,6 +152,28 @@ def test_a_recurrent_model_is_checked_against_its_carry_and_outputs():
         assert "\n" not in str(e.value)
 
 
+def test_lstm_size_beside_a_model_is_refused_in_one_line_and_older_checkpoints_configs_still_load():
+    """The model decides its own core: ``lstm_size`` set with it (even to the default's 64) is
+    refused when the config is made, before anything is built; a config saved by an older
+    jaxflow, which held the unused 64 beside every model, loads with lstm_size unset."""
+    from jaxflow import Algorithm
+    from jaxflow.config import from_json_dict, to_json_dict
+
+    for algorithm, size in [("PPO", 32), ("APPO", 64)]:
+        with pytest.raises(ConfigError, match=rf"^{algorithm}Config.lstm_size={size} with model={GRU!r}: the model "
+                           "decides its own recurrent core") as e:  # fmt: skip
+            Algorithm.build(algorithm, model=GRU, model_config={"num_outputs": 2}, use_lstm=True, lstm_size=size)
+        assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="lstm_size=8 with model='user_models:GRUActorCritic'"):
+        make_config(PPO.config_cls, model=GRU, use_lstm=False, lstm_size=8)
+    config = make_config(PPO.config_cls, model=GRU, use_lstm=True)
+    assert config.lstm_size is None and make_config(PPO.config_cls, use_lstm=True).lstm_units == 64
+    older = dict(to_json_dict(config), lstm_size=64)
+    assert from_json_dict(PPO.config_cls, older) == config == from_json_dict(PPO.config_cls, to_json_dict(config))
+    with pytest.raises(ConfigError, match="lstm_size=32 with model="):
+        from_json_dict(PPO.config_cls, dict(older, lstm_size=32))
+
+
 class OnesCarry(nn.Module):
     """A carry whose new episodes start from ones, not zeros."""
 
