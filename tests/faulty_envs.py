@@ -70,6 +70,23 @@ class SlowStep(gymnasium.Wrapper):
         return self.env.step(action)
 
 
+class WideCartPole(gymnasium.ObservationWrapper):
+    """CartPole whose observation is padded with ``width`` zeros: fragments of a chosen size
+    (``4 * (4 + width)`` bytes a step), for tests of where large rows travel."""
+
+    def __init__(self, context: EnvContext, width: int = 1024):
+        del context
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self._pad = np.zeros(width, np.float32)
+        low, high = self.env.observation_space.low, self.env.observation_space.high
+        self.observation_space = gymnasium.spaces.Box(
+            np.concatenate([low, self._pad]), np.concatenate([high, self._pad]), dtype=np.float32
+        )
+
+    def observation(self, observation):
+        return np.concatenate([observation, self._pad]).astype(np.float32)
+
+
 class IllegalMove(RuntimeError):
     """An action the env's last action mask made illegal was taken."""
 
@@ -192,6 +209,7 @@ register(
 )
 register("test/NaNAfter-v0", NaNAfter, "CartPole whose observations or rewards turn NaN at a chosen step; for guards")
 register("test/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per step; for timing tests")
+register("test/WideCartPole-v0", WideCartPole, "CartPole padded with width zeros; for tests of large fragments")
 register("test/StrictMasks-v0", StrictMasks, "MaskedChoice raising IllegalMove on an illegal action; for masking tests")
 register_jax("test/Endless-v0", make_endless, "a JAX env with no end: no termination, no time limit")
 register("test/NoLegalAction-v0", NoLegalAction, "MaskedChoice with an all-zero action_mask from step at_step on")

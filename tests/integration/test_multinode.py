@@ -24,6 +24,7 @@ from jaxflow import (
     make_config,
 )
 from jaxflow.api.loop import train
+from jaxflow.dataflow.stored_rows import StoredRows
 
 PPO_TARGET, PPO_BUDGET = 450.0, 200_000  # tests/learning/test_learning.py's, on one node
 LAST_BATCH = 4096  # the last PPO iteration may overshoot the budget by one batch
@@ -161,3 +162,39 @@ def test_a_worker_and_a_shard_whose_only_node_left_are_named_after_the_placement
     finally:
         workers.stop()
         shards.stop()
+
+
+INLINED_BYTES = 100 * 1024
+"""Ray returns objects up to this size inside its replies (so through the driver); larger
+ones stay in the object store of the node that made them."""
+
+
+def test_large_fragments_go_from_their_worker_to_the_learner_group_never_through_the_driver(ray_cluster):
+    """IMPALA with a worker on one node and two learner processes (``num_learners=2``) on the
+    worker nodes: the worker keeps each fragment's learner rows (about 0.8 MB, past Ray's
+    inlining) in its node's object store and the driver passes on references, so the rows
+    reach the learners' nodes and never the head, where the driver runs."""
+    algo = Algorithm.build(
+        "IMPALA", env="test/WideCartPole-v0", env_config={"width": 1024}, num_workers=1, num_learners=2,
+        num_cpus_per_worker=0, num_cpus_per_learner=2, custom_resources_per_worker={"rollout": 1},
+        num_envs_per_worker=4, rollout_fragment_length=50, train_batch_size=400, min_env_steps_per_iteration=800, seed=0,
+    )  # fmt: skip
+    group, handed = algo.program.learner, []
+    update = group.update
+    group.update = lambda batch: (handed.append(batch), update(batch))[1]  # what the learner thread hands it
+    try:
+        result = algo.train()
+        worker_node = algo.program.node_ids()["workers"][0]
+        learner_nodes = group.node_ids()
+        refs = [ref for batch in handed for ref in batch.refs]
+        locations = ray.experimental.get_object_locations(refs)
+    finally:
+        algo.stop()
+    head = ray_cluster.head.node_id
+    assert result["num_updates"] >= 1 and result["learner"].get("learner_batches_lost", 0.0) == 0.0
+    # 2 CPUs each: one on each worker node (the head has 1), beside the worker on one of them.
+    assert sorted(learner_nodes) == sorted([ray_cluster.a.node_id, ray_cluster.b.node_id])
+    assert all(isinstance(batch, StoredRows) for batch in handed) and refs
+    for ref in refs:
+        assert locations[ref]["object_size"] > INLINED_BYTES
+        assert worker_node in locations[ref]["node_ids"] and head not in locations[ref]["node_ids"]
