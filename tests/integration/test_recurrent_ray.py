@@ -15,7 +15,7 @@ import ray
 from user_models import GRUActorCritic
 
 from jaxflow import Algorithm
-from jaxflow.envs.stateless import STATELESS_CARTPOLE
+from jaxflow.envs import STATELESS_CARTPOLE
 from jaxflow.policies.sequences import policy_outputs
 
 T, B, LSTM, GRU = 16, 2, 8, 6
