@@ -7,7 +7,7 @@ A CPU env's observations that are not a ``Box`` come flattened to a float32 vect
 Installed as ``jaxflow.envs``; imports nothing of the engine (jaxflow's other
 sub-packages) or of ``jaxflow.algorithms``. Its names that need gymnax (Brax's and the JAX
 libraries' envs, StatelessCartPole, the task distributions) load on first use (PEP 562):
-gymnax's import costs about 2 s of CPU, which every Ray rollout worker on a gymnasium env
+gymnax's import costs about 1.3 s of CPU, which every Ray rollout worker on a gymnasium env
 (importing this package) would otherwise pay.
 """
 

@@ -37,7 +37,7 @@ from jaxflow.envs.popgym_envs import POPGYM_GYMNASIUM_PREFIX, POPGYM_PREFIX, pop
 
 # Brax's and the JAX libraries' modules (jaxflow.envs.brax_envs, jax_library_adapters) are
 # imported where one of their ids is asked for: they import gymnax, and gymnax's own import
-# (seaborn, scipy.stats, matplotlib, pandas with it) takes about 2 s of CPU, which every Ray
+# (seaborn, scipy.stats, matplotlib, pandas with it) takes about 1.3 s of CPU, which every Ray
 # rollout worker would pay on a gymnasium env.
 if TYPE_CHECKING:
     from pettingzoo import ParallelEnv
