@@ -29,7 +29,8 @@ from flax import struct
 from gymnax.environments import spaces
 from gymnax.environments.environment import Environment
 
-BRAX_PREFIX = "brax/"
+from jaxflow.envs.registry import BRAX_PREFIX
+
 BACKENDS = ("generalized", "mjx", "positional", "spring")
 DEFAULT_BACKEND = "spring"
 """The fastest of the four on a CPU (see benchmarks/brax_backends.py); brax's own default

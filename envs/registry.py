@@ -32,16 +32,20 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import gymnasium
 
-from jaxflow.envs.brax_envs import BRAX_PREFIX, brax_names, make_brax
 from jaxflow.envs.flatten import flatten_observations
-from jaxflow.envs.jax_libraries import Family
-from jaxflow.envs.jax_library_adapters import FAMILIES, family_of, installed, library_ids, make_library_env
 from jaxflow.envs.popgym_envs import POPGYM_GYMNASIUM_PREFIX, POPGYM_PREFIX, popgym_class, popgym_ids
 
+# Brax's and the JAX libraries' modules (jaxflow.envs.brax_envs, jax_library_adapters) are
+# imported where one of their ids is asked for: they import gymnax, and gymnax's own import
+# (seaborn, scipy.stats, matplotlib, pandas with it) takes about 1.3 s of CPU, which every Ray
+# rollout worker would pay on a gymnasium env.
 if TYPE_CHECKING:
     from pettingzoo import ParallelEnv
 
+    from jaxflow.envs.jax_libraries import Family
+
 GYMNAX_PREFIX = "gymnax/"
+BRAX_PREFIX = "brax/"
 JAX_KINDS = ("gymnax", "brax", "jaxlib")
 """The kinds written in JAX: ``make`` returns ``(env, env_params)`` with gymnax's interface."""
 
@@ -158,11 +162,15 @@ def _gymnax_ids() -> list[str]:
 
 
 def _brax_ids() -> list[str]:
+    from jaxflow.envs.brax_envs import brax_names
+
     return [BRAX_PREFIX + name for name in brax_names()]
 
 
 def _library_ids() -> list[str]:
     """The ids of every JAX library installed here (importing them: seconds)."""
+    from jaxflow.envs.jax_library_adapters import FAMILIES, installed, library_ids
+
     return [i for f in FAMILIES if installed(f) for i in library_ids(f)]
 
 
@@ -193,6 +201,8 @@ def entry(env_id: str) -> EnvEntry:
     if env_id.startswith(GYMNAX_PREFIX) and env_id in _gymnax_ids():
         return EnvEntry(env_id, "gymnax", _make_gymnax)
     if env_id.startswith(BRAX_PREFIX) and env_id in _brax_ids():
+        from jaxflow.envs.brax_envs import make_brax
+
         return EnvEntry(env_id, "brax", make_brax)
     if env_id in gymnasium.registry:
         return EnvEntry(env_id, "gymnasium", _gymnasium_factory(env_id))
@@ -201,6 +211,8 @@ def entry(env_id: str) -> EnvEntry:
             return EnvEntry(env_id, "gymnasium", PlainFactory(popgym_class(env_id)), "POPGym (needs memory)")
         except (ImportError, LookupError) as e:  # popgym not installed, or not its id
             raise UnknownEnvError(str(e)) from None
+    from jaxflow.envs.jax_library_adapters import family_of
+
     family = family_of(env_id)
     if family is not None:
         return _library_entry(env_id, family)
@@ -212,6 +224,8 @@ def entry(env_id: str) -> EnvEntry:
 
 
 def _library_entry(env_id: str, family: Family) -> EnvEntry:
+    from jaxflow.envs.jax_library_adapters import library_ids, make_library_env
+
     try:
         ids = library_ids(family)
     except ImportError as e:  # the library is not installed: say which extra installs it

@@ -1,4 +1,4 @@
-"""Environments that need memory, registered on import: ``"jaxflow/StatelessCartPole-v1"``,
+"""Environments that need memory: ``"jaxflow/StatelessCartPole-v1"`` (registered by ``jaxflow.envs``),
 gymnax's CartPole with its velocities hidden (a test and a first example of recurrent policies).
 
 With only the cart's position and the pole's angle in view, one observation does not tell
@@ -17,9 +17,6 @@ import jax.numpy as jnp
 from gymnax.environments import spaces
 from gymnax.environments.classic_control.cartpole import CartPole, EnvParams, EnvState
 
-from jaxflow.envs.registry import register_jax
-
-STATELESS_CARTPOLE = "jaxflow/StatelessCartPole-v1"
 VISIBLE = (0, 2)
 """What stays in CartPole's ``[x, x_dot, theta, theta_dot]``: the position and the angle."""
 
@@ -50,6 +47,3 @@ def make_stateless_cartpole(**env_params: Any) -> tuple[StatelessCartPole, EnvPa
     """``(env, env_params)``; keyword arguments replace CartPole's ``EnvParams`` fields."""
     env = StatelessCartPole()
     return env, env.default_params.replace(**env_params)
-
-
-register_jax(STATELESS_CARTPOLE, make_stateless_cartpole, "CartPole-v1 with its velocities hidden (needs memory)")

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxflow import CommonConfig
+from jaxflow import CommonConfig, envs
 from jaxflow.config import OptimizerConfig
 from jaxflow.config.fields import POSITIVE, ConfigError, param, require
-from jaxflow.envs.tasks import list_task_distributions, make_task_distribution
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +37,10 @@ class MAMLConfig(CommonConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
-        ids = list_task_distributions()
+        ids = envs.list_task_distributions()  # gymnax's import: only where MAML is configured
         require(self.env in ids, f"{name}.env must be a task distribution, one of {ids}, got {self.env!r}.")
         try:
-            make_task_distribution(self.env, **self.env_config)
+            envs.make_task_distribution(self.env, **self.env_config)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"{name}.env_config {self.env_config!r} does not fit {self.env!r}: {e}") from e
         require(self.episodes_per_task >= 2, f"{name}.episodes_per_task must be >= 2, got {self.episodes_per_task}.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import chex
 import jax
@@ -15,8 +15,10 @@ import jax.numpy as jnp
 import optax
 from jax.typing import ArrayLike
 
-from jaxflow.envs.tasks import TaskDistribution
 from jaxflow.learn.sgd import TrainState, sgd_step
+
+if TYPE_CHECKING:
+    from jaxflow.envs.tasks import TaskDistribution
 
 Array = jax.Array
 Batch = Mapping[str, Array]

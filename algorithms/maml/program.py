@@ -14,14 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import ray
 
-from jaxflow import AlgorithmSpec, ReportMetrics, from_iterator
+from jaxflow import AlgorithmSpec, ReportMetrics, envs, from_iterator
 from jaxflow.algorithms.maml.config import MAMLConfig
 from jaxflow.algorithms.maml.losses import collect, collect_jit, evaluate_adaptation, meta_update, shard_key
 from jaxflow.algorithms.maml.plan import plan, record
 from jaxflow.api.ray_program import init_ray
 from jaxflow.config.fields import ConfigError
 from jaxflow.dataflow.iterators import LocalIterator
-from jaxflow.envs.tasks import make_task_distribution
 from jaxflow.learn.schedules import learner_optimizer
 from jaxflow.learn.sgd import TrainState, make_optimizer
 from jaxflow.ops.metrics import Context
@@ -49,7 +48,7 @@ class MAMLWorker:
 
     def __init__(self, config: MAMLConfig, policy: Policy, index: int):
         self.index, self._num_tasks = index, config.meta_batch_size // config.rollout.num_workers
-        self._collect = collect_jit(make_task_distribution(config.env, **config.env_config), policy.apply, config)
+        self._collect = collect_jit(envs.make_task_distribution(config.env, **config.env_config), policy.apply, config)
         self._params: Any = None
         self._key: Array | None = None
 
@@ -71,7 +70,7 @@ class MAMLProgram:
     def __init__(self, config: MAMLConfig, spec: AlgorithmSpec, mode: str):
         self.config, self.mode = config, "ray" if mode == "ray" else "device"
         refuse_normalization(config, "in MAML")
-        self.dist = make_task_distribution(config.env, **config.env_config)
+        self.dist = envs.make_task_distribution(config.env, **config.env_config)
         obs_space = gymnasium.spaces.Box(-np.inf, np.inf, self.dist.obs_shape, np.float32)
         self.policy = spec.policy(config, obs_space, gymnasium.spaces.Discrete(self.dist.num_actions))
         assert spec.loss is not None, "MAML's spec carries its meta-loss"

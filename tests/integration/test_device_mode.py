@@ -85,17 +85,18 @@ def _jaxflow(*args: str) -> subprocess.CompletedProcess:
 SMALL = ["--set", "num_envs=8", "--set", "minibatch_size=64", "--set", "iterations_per_call=1"]
 
 
-def test_cli_resume_in_a_fresh_process_is_bit_exact(tmp_path):
+def test_cli_resume_in_a_fresh_process_is_bit_exact(tmp_path, capsys):
     """A population of 2 under population-based training (a step every 2 iterations): 5
-    iterations, checkpoint, a new process restores and runs 5 more: parameters, optimizer
+    iterations here (the CLI in this process), checkpoint, a new process restores and runs 5
+    more: parameters, optimizer
     state, environment states, RNG, each member's hyperparameters and PBT record equal those of
     10 uninterrupted iterations, bit for bit, and so does the lineage in the results."""
     logdir = str(tmp_path / "run")
     pbt = ["--num-seeds", "2", "--pbt", "lr", "--set", "pbt_interval=2"]
-    first = _jaxflow(
-        "train", "--algo", "PPO", "--env", CARTPOLE, *SMALL, *pbt, "--stop", "training_iteration=5", "--logdir", logdir
-    )
-    assert "mode device (auto): 2 agents in one compiled function, population-based training of lr" in first.stdout
+    first = ["train", "--algo", "PPO", "--env", CARTPOLE, *SMALL, *pbt, "--stop", "training_iteration=5"]
+    assert cli.main([*first, "--logdir", logdir]) == 0
+    out = capsys.readouterr().out
+    assert "mode device (auto): 2 agents in one compiled function, population-based training of lr" in out
     second = _jaxflow("train", "--resume", logdir, "--stop", "training_iteration=10", "--quiet")
     assert "resuming PPO" in second.stdout and "iteration 10" in second.stdout
 

@@ -17,7 +17,7 @@ from user_models import GRUActorCritic
 
 from jaxflow import Algorithm
 from jaxflow.algorithms import impala
-from jaxflow.envs.stateless import STATELESS_CARTPOLE
+from jaxflow.envs import STATELESS_CARTPOLE
 from jaxflow.policies.sequences import policy_outputs
 
 T, B, LSTM, GRU = 16, 2, 8, 6

@@ -9,7 +9,7 @@ import pytest
 from jaxflow import Algorithm
 from jaxflow.api.export import export_policy
 from jaxflow.config import ConfigError
-from jaxflow.envs.stateless import STATELESS_CARTPOLE
+from jaxflow.envs import STATELESS_CARTPOLE
 
 ITERATIONS = 40
 """Of 512 env steps each: 20,480 steps (measured: the return mean 21 -> 38, seed 0)."""
