@@ -144,21 +144,24 @@ MARKED_VERSION = 10**6
 """The weights version the test's own weights carry, told apart from the plan's."""
 
 
-def sampled_with(algo: Algorithm, params, attempts: int = 5):
-    """A fragment the run's one worker samples with ``params``. IMPALA's and APPO's plans go on
-    broadcasting their learner thread's weights between iterations, so one may arrive between
-    the test's weights and its sample: the fragment's ``weights_version`` says which acted."""
+def sampled_with(algo: Algorithm, params, attempts: int = 10):
+    """A fragment the run's one worker samples with ``params`` that starts mid-episode in some
+    env (one whose envs all start new episodes at its first step replays alike from any start
+    state). IMPALA's and APPO's plans go on broadcasting their learner thread's weights between
+    iterations, so one may arrive between the test's weights and its sample: the fragment's
+    ``weights_version`` says which acted."""
     local = algo.workers.local_worker
-    if local is not None:  # in the driver, which runs no plan between iterations
-        local.set_weights(params, MARKED_VERSION)
-        return local.sample()
-    [(_, worker)] = algo.workers.live()
+    remote = None if local is not None else algo.workers.live()[0][1]
     for _ in range(attempts):
-        ray.get(worker.set_weights.remote(params, MARKED_VERSION))
-        fragment = ray.get(worker.sample.remote())
-        if fragment.weights_version == MARKED_VERSION:
+        if local is not None:  # in the driver, which runs no plan between iterations
+            local.set_weights(params, MARKED_VERSION)
+            fragment = local.sample()
+        else:
+            ray.get(remote.set_weights.remote(params, MARKED_VERSION))
+            fragment = ray.get(remote.sample.remote())
+        if fragment.weights_version == MARKED_VERSION and not fragment.data["episode_starts"][0].all():
             return fragment
-    raise AssertionError(f"no fragment sampled with the test's weights in {attempts} attempts")
+    raise AssertionError(f"no fragment sampled mid-episode with the test's weights in {attempts} attempts")
 
 
 @pytest.mark.parametrize("algorithm", sorted(LOSS_UNROLLS))
