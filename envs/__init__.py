@@ -9,7 +9,7 @@ sub-packages) or of ``jaxflow.algorithms``.
 """
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
-from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari, runs_in_ale_vector
 from jaxflow.envs.brax_envs import BRAX_PREFIX, BraxConfigError, BraxEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.jax_libraries import JaxLibraryConfigError, LibraryEnv
@@ -103,4 +103,5 @@ __all__ = [
     "register_factory",
     "register_jax",
     "register_multiagent",
+    "runs_in_ale_vector",
 ]
