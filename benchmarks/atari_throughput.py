@@ -7,6 +7,7 @@ raw limit, and a learner that keeps up (trained >= 95% of sampled).
 
 ``--variant "FIELD=VALUE ..."`` (repeatable) measures other configs in the same run, each
 against its own raw measurement taken just before it, next to the base config (``--set``).
+``--defaults`` makes the base config the one ``jaxflow train --algo ALGO --env ENV`` runs.
 
 Writes ``results/atari_throughput_<algo>.json``, ``.md`` and ``.png`` and prints the report.
 """
