@@ -7,6 +7,7 @@ raw limit, and a learner that keeps up (trained >= 95% of sampled).
 
 ``--variant "FIELD=VALUE ..."`` (repeatable) measures other configs in the same run, each
 against its own raw measurement taken just before it, next to the base config (``--set``).
+``--defaults`` makes the base config the one ``jaxflow train --algo ALGO --env ENV`` runs.
 
 Writes ``results/atari_throughput_<algo>.json``, ``.md`` and ``.png`` and prints the report.
 """
@@ -80,12 +81,14 @@ class Stepper:
 
 
 def stepper_frames_per_s(args: argparse.Namespace, config: dict[str, Any], with_policy: bool) -> float:
-    gpus = args.gpus_per_worker if with_policy else 0.0
+    """Frames/s of as many steppers as ``config`` has rollout workers, each with a worker's resources."""
+    rollout = make_config(get_algorithm(args.algo).config_cls, **config).rollout
+    gpus = rollout.num_gpus_per_worker if with_policy else 0.0
     actors = [
-        jax_actor(Stepper, num_gpus=gpus, num_cpus=args.cpus_per_worker).remote(
+        jax_actor(Stepper, num_gpus=gpus, num_cpus=rollout.num_cpus_per_worker).remote(
             args.algo, config, args.seed + 1000 * i, with_policy
         )
-        for i in range(args.workers)
+        for i in range(rollout.num_workers)
     ]
     try:
         ray.get([a.run.remote(1.0) for a in actors])  # warm up: imports, ROM loading, compilation
@@ -110,7 +113,10 @@ FLAG_FIELDS = {
 
 
 def algorithm_config(args: argparse.Namespace, variant: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The config fields of a run: this script's flags, then ``--set``, then ``variant``."""
+    """The config fields of a run: this script's flags, then ``--set``, then ``variant``; with
+    ``--defaults``, only the env, as ``jaxflow train --algo ALGO --env ENV`` sets it, then ``variant``."""
+    if args.defaults:
+        return {"env": args.env, **(variant or {})}
     fields: dict[str, Any] = dict(
         env=args.env,
         num_workers=args.workers,
@@ -129,6 +135,7 @@ def algorithm_config(args: argparse.Namespace, variant: dict[str, Any] | None = 
 def run_algorithm(args: argparse.Namespace, config: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     algo = Algorithm.build(args.algo, **config)
+    workers = algo.config.rollout.num_workers
     build_s = time.perf_counter() - t0
     results = []
     try:
@@ -165,7 +172,7 @@ def run_algorithm(args: argparse.Namespace, config: dict[str, Any]) -> dict[str,
         "transfers_per_s": (feed_last.get("transfers", 0) - feed_first.get("transfers", 0)) / elapsed,
         "mb_to_device_per_s": (feed_last.get("megabytes", 0.0) - feed_first.get("megabytes", 0.0)) / elapsed,
         "policy_lag_median": statistics.median(lags) if lags else None,
-        "workers_sampling": sampler_s("sample_s") / (elapsed * args.workers),
+        "workers_sampling": sampler_s("sample_s") / (elapsed * workers),
         "sampling_in_env": ratio(sampler_s("env_s"), sampler_s("sample_s")),
         "sampling_waiting_for_policy": ratio(sampler_s("policy_s"), sampler_s("sample_s")),
         "episode_return_mean": None if np.isnan(last["episode_return_mean"]) else last["episode_return_mean"],
@@ -283,15 +290,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also measure the base config (--set) with these fields changed, in the same run, e.g. "
         '--variant sample_async=true --variant "num_env_groups=2 sample_async=true"; repeatable',
     )
+    p.add_argument(
+        "--defaults",
+        action="store_true",
+        help="the base config is what `jaxflow train --algo ALGO --env ENV` runs with no --set (its "
+        "workers, envs, vector env and CPUs; the flags that set those are then ignored); --variant "
+        "may change any field of it",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 10 s measured, 5 s raw")
     args = p.parse_args(argv)
     # Parsed and validated here, so that a typo fails before any Ray actor starts.
     config_cls = get_algorithm(args.algo).config_cls
+    if args.defaults:
+        cli_defaults(p, args)
     args.overrides = parse_sets(p, config_cls, args.set, FLAG_FIELDS)
-    args.variants = parse_variants(p, config_cls, args.variant, FLAG_FIELDS, algorithm_config(args))
+    flags = {"env": "--env"} if args.defaults else FLAG_FIELDS
+    args.variants = parse_variants(p, config_cls, args.variant, flags, algorithm_config(args))
     if args.quick:
         args.seconds, args.raw_seconds = 10.0, 5.0
     return args
+
+
+def cli_defaults(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--defaults``: the config ``jaxflow train`` builds from ``--algo`` and ``--env`` alone (its
+    own code), checked equal to this script's base config; the report's flags follow it."""
+    from jaxflow.api.cli_args import new_run, parse
+
+    if args.set:
+        parser.error("--defaults measures the CLI's defaults: use --variant, not --set")
+    _, config = new_run(parse(["train", "--algo", args.algo, "--env", args.env]))
+    if make_config(type(config), env=args.env) != config:
+        parser.error(f"make_config({type(config).__name__}, env={args.env!r}) differs from jaxflow train's config")
+    rollout = config.rollout
+    args.workers, args.envs_per_worker, args.vector_env = (
+        rollout.num_workers,
+        rollout.num_envs_per_worker,
+        rollout.vector_env,
+    )
+    args.cpus_per_worker, args.gpus_per_worker = rollout.num_cpus_per_worker, rollout.num_gpus_per_worker
 
 
 def median_result(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -325,7 +361,11 @@ def measure_repeat(args: argparse.Namespace, order: list[int]) -> dict[str, Any]
     base = measured[0]["result"]["sampled_frames_per_s"]
     for m in measured.values():
         m["sampled_vs_base"] = ratio(m["result"]["sampled_frames_per_s"], base)
-    return {"with_policy_frames_per_s": with_policy, "variants": [measured[i] for i in range(len(args.variants))]}
+    return {
+        "with_policy_frames_per_s": with_policy,
+        "variants": [measured[i] for i in range(len(args.variants))],
+        "load_average_at_end": os.getloadavg(),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -338,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
     # variants reverses from one repeat to the next, so that none is always measured first.
     for r in range(args.repeats):
         order = list(range(len(args.variants)))
-        log(f"repeat {r + 1}/{args.repeats}")
+        log(f"repeat {r + 1}/{args.repeats}, load average {os.getloadavg()[0]:.2f}")
         repeats.append(measure_repeat(args, order if r % 2 == 0 else order[::-1]))
 
     variants = []

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
-from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari
+from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari, runs_in_ale_vector
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
 from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
@@ -142,4 +142,5 @@ __all__ = [
     "register_factory",
     "register_jax",
     "register_multiagent",
+    "runs_in_ale_vector",
 ]

@@ -1,5 +1,6 @@
 """ale-py's own C++ vector environment (``ale_py.vector_env.AtariVectorEnv``, threaded),
-behind the interface of :class:`envs.VectorEnv`: a second, opt-in backend for Atari.
+behind the interface of :class:`envs.VectorEnv`: the rollout workers' backend for the
+preprocessed ``ALE/<Game>-v5`` games (:func:`runs_in_ale_vector`; ``vector_env="auto"``).
 
 Its frames match :mod:`envs.atari`'s exactly (same max-pooling and INTER_AREA resize), but
 it zero-pads the frame stack after a reset and draws its no-ops its own way, so the two
@@ -15,6 +16,19 @@ import numpy as np
 
 from jaxflow.envs.atari_config import AtariConfig, AtariConfigError, ale_py, atari_ids
 from jaxflow.envs.vector import EnvSpaceError, VectorStep
+
+
+def runs_in_ale_vector(env_id: str, env_config: dict[str, Any] | None = None) -> bool:
+    """Whether :class:`ALEVectorEnv` steps ``env_id`` with ``env_config``: an ``ALE/<Game>-v5``
+    game ale-py provides, preprocessed (rollout workers with ``vector_env="auto"`` use it then).
+
+    Example:
+        >>> runs_in_ale_vector("ALE/Pong-v5"), runs_in_ale_vector("ALE/Pong-v5", {"preprocess": False})
+        (True, False)
+        >>> runs_in_ale_vector("CartPole-v1")
+        False
+    """
+    return env_id in atari_ids() and bool((env_config or {}).get("preprocess", True))
 
 
 class ALEVectorEnv:

@@ -37,8 +37,9 @@ Why two wrappers of our own:
   the learning episode at a lost life but plays on in the same game; only a real game over
   resets the emulator.
 
-:class:`ALEVectorEnv` (:mod:`envs.ale_vector`) is a second, opt-in backend: ale-py's own C++
-vector environment behind the interface of :class:`envs.VectorEnv`; the settings and ids
+:class:`ALEVectorEnv` (:mod:`envs.ale_vector`) is the rollout workers' backend for these games
+(``vector_env="auto"``, the default; ``vector_env="python"`` steps the wrappers here): ale-py's
+own C++ vector environment behind the interface of :class:`envs.VectorEnv`; the settings and ids
 both backends share are in :mod:`envs.atari_config`.
 """
 
@@ -54,7 +55,7 @@ from gymnasium.wrappers import (
     RecordEpisodeStatistics,
 )
 
-from jaxflow.envs.ale_vector import ALEVectorEnv
+from jaxflow.envs.ale_vector import ALEVectorEnv, runs_in_ale_vector
 from jaxflow.envs.atari_config import AtariConfig, AtariConfigError, ale_py, atari_ids
 from jaxflow.envs.registry import EnvContext, register
 
@@ -66,6 +67,7 @@ __all__ = [
     "SignReward",
     "atari_ids",
     "make_atari",
+    "runs_in_ale_vector",
     "wrap_atari",
 ]
 

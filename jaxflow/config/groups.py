@@ -54,9 +54,10 @@ class RolloutConfig(StrictKeywords):
     typo such as 1e9 fails here, before anything starts, not as an out-of-memory worker)."""
     rollout_fragment_length: int = param(64, POSITIVE)
     """Time steps T per sampled fragment; each fragment is [T, num_envs_per_worker]."""
-    vector_env: Literal["python", "ale"] = "python"
+    vector_env: Literal["auto", "python", "ale"] = "auto"
     """How a worker steps its environments: one after another in Python, or (ALE/<Game>-v5 ids
-    only) in ale-py's C++ vector environment, on ``num_cpus_per_worker`` threads."""
+    only) in ale-py's C++ vector environment, on ``num_cpus_per_worker`` threads; "auto" is
+    ale-py's for the preprocessed ALE/<Game>-v5 games it runs, Python for every other env."""
     num_env_groups: int = param(1, POSITIVE)
     """vector_env='ale': a worker's environments split into this many groups stepped in turn
     (2: double buffering), so one group's emulators run while the worker waits for the policy
@@ -104,7 +105,7 @@ class RolloutConfig(StrictKeywords):
         validate(self)
         check_resources("RolloutConfig.custom_resources_per_worker", self.custom_resources_per_worker)
         require(
-            self.num_env_groups == 1 or self.vector_env == "ale",
+            self.num_env_groups == 1 or self.vector_env != "python",
             f"num_env_groups={self.num_env_groups} needs vector_env='ale' (python envs step in the worker's thread).",
         )
         require(

@@ -47,12 +47,14 @@ def make_vector_envs(
 ) -> list[Any]:
     """The vectors of environments a rollout worker of ``config`` steps: ``num_groups``
     (default ``config.rollout.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
-    env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` runs
-    ale-py's emulators in ``num_cpus_per_worker`` threads (at least one) per group; anything
-    else steps gymnasium envs in the worker's own thread."""
+    env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` (and
+    ``"auto"`` for the preprocessed ``ALE/<Game>-v5`` games) runs ale-py's emulators in
+    ``num_cpus_per_worker`` threads (at least one) per group; anything else steps gymnasium
+    envs in the worker's own thread."""
     groups = config.rollout.num_env_groups if num_groups is None else num_groups
     n = config.rollout.num_envs_per_worker // groups
-    if config.rollout.vector_env == "ale":
+    backend = config.rollout.vector_env
+    if backend == "ale" or (backend == "auto" and envs.runs_in_ale_vector(config.env, config.env_config)):
         threads = max(1, int(config.rollout.num_cpus_per_worker))
         return [
             envs.ALEVectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation, threads)

@@ -220,6 +220,33 @@ def test_ale_vector_env_backend_reports_unclipped_game_scores():
     fresh.close()
 
 
+def test_an_ale_id_gets_ale_pys_vector_env_by_default_and_other_envs_python():
+    """The ALE defaults: with no vector_env set (its "auto"), a worker of a preprocessed
+    ALE/<Game>-v5 game steps ale-py's vector env on num_cpus_per_worker threads; a raw
+    (preprocess=False) game, any other env, and vector_env="python" step gymnasium envs."""
+    from jaxflow import get_algorithm, make_vector_envs
+    from jaxflow.config import ConfigError, make_config
+
+    impala = get_algorithm("IMPALA").config_cls
+    assert impala().rollout.vector_env == "auto"
+
+    def backend(**fields) -> type:
+        (venv,) = make_vector_envs(make_config(impala, num_envs_per_worker=2, **fields), seed=0)
+        kind = type(venv)
+        venv.close()
+        return kind
+
+    assert backend(env="ALE/Pong-v5") is envs.ALEVectorEnv
+    assert backend(env="ALE/Pong-v5", vector_env="python") is envs.VectorEnv
+    assert backend(env="ALE/Pong-v5", env_config={"preprocess": False}) is envs.VectorEnv
+    assert backend(env="CartPole-v1") is envs.VectorEnv
+    # Groups follow the backend: "auto" splits an ALE game's envs, and refuses other envs.
+    grouped = make_config(impala, env="ALE/Pong-v5", num_envs_per_worker=4, num_env_groups=2)
+    assert [v.num_envs for v in make_vector_envs(grouped, seed=0)] == [2, 2]
+    with pytest.raises(ConfigError, match=r"num_env_groups=2 needs vector_env='ale'"):
+        make_config(impala, env="CartPole-v1", num_env_groups=2)
+
+
 def test_ale_vector_env_step_async_then_step_wait_is_step_and_misuse_is_refused():
     """Split stepping (the emulators run between the two calls) gives the steps of a twin
     stepped whole, sticky actions and episode ends included; out-of-order calls fail
