@@ -130,6 +130,8 @@ class SearchProgram:
         self.workers: list[Any] = []
         self._results: LocalIterator[dict[str, Any]] | None = None
         self._offsets = jax.jit(functools.partial(self._sample_offsets))
+        # The table is an argument of the compiled calls: closed over, its 40 MB would be
+        # compiled into them as a constant (a slower first call, 100 MB more memory).
         self._update = jax.jit(self._host_update)
         if self.mode == "ray":
             init_ray()
@@ -146,7 +148,7 @@ class SearchProgram:
         k, _ = generation_keys(key, generation)
         return sample_offsets(k, self.config.population_size // 2, self.config.noise_table_size, self.dim)
 
-    def _generations(self, state: SearchState) -> tuple[SearchState, dict[str, Array]]:
+    def _generations(self, state: SearchState, table: Array) -> tuple[SearchState, dict[str, Array]]:
         env, env_params = jf_envs.make(self.config.env, **self.config.env_config)
         act = greedy_actor(self.policy, self.unravel)
         devices = np.asarray(jax.local_devices())
@@ -155,7 +157,7 @@ class SearchProgram:
 
         def generation(state: SearchState, _: Any):
             _, episode_key = generation_keys(state.key, state.generation)
-            noise = perturbations(self._table, self._sample_offsets(state.key, state.generation), self.dim)
+            noise = perturbations(table, self._sample_offsets(state.key, state.generation), self.dim)
             thetas = jnp.concatenate([state.theta + sigma * noise, state.theta - sigma * noise])
             thetas = jax.lax.with_sharding_constraint(thetas, spread)  # each device plays its share
             returns, lengths, moments = population_returns(
@@ -166,8 +168,8 @@ class SearchProgram:
 
         return jax.lax.scan(generation, state, None, length=self.config.device.iterations_per_call)
 
-    def _host_update(self, state: SearchState, offsets: Array, returns: Array, moments: Moments):
-        noise = perturbations(self._table, offsets, self.dim)
+    def _host_update(self, state: SearchState, table: Array, offsets: Array, returns: Array, moments: Moments):
+        noise = perturbations(table, offsets, self.dim)
         return update(self.config, self._optimizer, state, noise, returns, moments)
 
     def ray_generation(self) -> dict[str, np.ndarray]:
@@ -183,7 +185,7 @@ class SearchProgram:
         n = len(offsets) // len(outs)
         lengths = np.concatenate([o["lengths"][:n] for o in outs] + [o["lengths"][n:] for o in outs])
         moments = jax.tree.map(lambda x: np.asarray(x, np.float32), merge_all([o["moments"] for o in outs]))
-        self.state, out = self._update(self.state, offsets, returns, moments)
+        self.state, out = self._update(self.state, self._table, offsets, returns, moments)
         worker_s = max(o["seconds"] for o in outs)
         out = dict(jax.device_get(out), returns=returns, lengths=lengths, worker_s=worker_s)
         return jax.tree.map(lambda x: np.asarray(x)[None], out)
@@ -201,7 +203,7 @@ class SearchProgram:
                 if self.mode == "ray":
                     out = self.ray_generation()
                 else:
-                    self.state, out = self._run(self.state)
+                    self.state, out = self._run(self.state, self._table)
                     out = jax.device_get(out)
                 record(self.context, out)
                 yield out
