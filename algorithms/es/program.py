@@ -59,6 +59,11 @@ def generation_keys(key: Array, generation: Array) -> tuple[Array, Array]:
     return k[0], k[1]
 
 
+def population_mesh() -> Mesh:
+    """The local devices as one axis, that device mode splits the population over."""
+    return Mesh(np.asarray(jax.local_devices()), (POPULATION_AXIS,))
+
+
 def update(config: SearchConfig, optimizer: Any, state: SearchState, noise: Array, returns: Array, moments: Moments):
     """One step of ``theta`` from a generation's returns (``[2n]``: the ``+`` members, then the
     ``-``), and the observation statistics merged; returns the state and the step's metrics."""
@@ -120,9 +125,13 @@ class SearchProgram:
         )
         self._optimizer = config.search_optimizer()
         obs = moments_init(self.policy.obs_shape, jnp)
-        self.state = SearchState(
+        # Device mode's state lives where its compiled call leaves it (replicated over the
+        # population's devices): placed elsewhere, the second call would compile it again.
+        self._placement = None if self.mode == "ray" else NamedSharding(population_mesh(), PartitionSpec())
+        start = SearchState(
             theta, self._optimizer.init(theta), jax.random.fold_in(key, 1), jnp.zeros((), jnp.int32), obs
         )
+        self.state: SearchState = jax.device_put(start, self._placement)
         self.table = noise_table(config.noise_table_size)
         self._table = jax.device_put(self.table)
         self.context = Context(num_episodes=config.metrics_num_episodes)
@@ -151,8 +160,7 @@ class SearchProgram:
     def _generations(self, state: SearchState, table: Array) -> tuple[SearchState, dict[str, Array]]:
         env, env_params = jf_envs.make(self.config.env, **self.config.env_config)
         act = greedy_actor(self.policy, self.unravel)
-        devices = np.asarray(jax.local_devices())
-        spread = NamedSharding(Mesh(devices, (POPULATION_AXIS,)), PartitionSpec(POPULATION_AXIS))
+        spread = NamedSharding(population_mesh(), PartitionSpec(POPULATION_AXIS))
         sigma, clip = self.config.noise_std, self.config.rollout.normalize_clip
 
         def generation(state: SearchState, _: Any):
@@ -216,7 +224,7 @@ class SearchProgram:
         return jax.device_get(self.state)
 
     def set_state(self, state: SearchState) -> None:
-        self.state = jax.device_put(state)
+        self.state = jax.device_put(state, self._placement)
 
     def get_weights(self, member: int = 0) -> Any:
         """The policy's parameters (the search distribution's mean)."""
