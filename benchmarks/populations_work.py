@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from common import median_of_measured, ratio
@@ -67,6 +68,11 @@ def evosax_generation(seed: int, population: int, max_length: int) -> tuple[Call
         state, _ = strategy.tell(k_tell, members, -returns, state, strategy.default_params)  # evosax minimises
         return state, returns.mean(), lengths.sum(), returns.max()
 
+    # init's state differs in weak types from the one tell returns (best_solution, std): as it
+    # is, the second generation would compile the whole loop again (device mode places its
+    # state where its call leaves it for the same reason)
+    after = jax.eval_shape(generation, state, jax.random.PRNGKey(0))[0]
+    state = jax.tree.map(lambda x, a: jnp.asarray(x.item()) if a.weak_type else jnp.asarray(x, a.dtype), state, after)
     return generation, state, unravel
 
 
@@ -104,7 +110,7 @@ def device_runner(seed: int, population: int, theta: np.ndarray | None, max_leng
 def evosax_runner(seed: int, population: int, theta: np.ndarray, max_length: int) -> Timed:
     """One evosax generation (and its metrics pulled to the host) from the same state each call."""
     generation, state, _ = evosax_generation(seed, population, max_length)
-    start = state.replace(mean=jax.numpy.asarray(theta))
+    start = state.replace(mean=jnp.asarray(theta))
     key = jax.random.PRNGKey(seed + 1)
 
     def call() -> tuple[float, float]:
