@@ -7,9 +7,15 @@ MLP with a zero output layer, and trains until its population's mean return reac
 episodes as device mode (``population_returns``), and ``tell``, jitted together. Reported,
 medians over seeds: evaluations (episodes) and env steps per second after the first
 (compiling) generation (an episode's cost grows with its length, so evaluations per second
-fall as a run learns: compare runs by env steps per second too), seconds and generations to the target (compiling included), and ratios against
-evosax measured in the same run; for Ray mode also the workers' raw episode rate (the
-episodes over the slowest worker's own seconds per generation) and the loop's share of it.
+fall as a run learns: compare runs by env steps per second too), seconds and generations to
+the target (compiling included), and ratios against evosax measured in the same run; for Ray
+mode also the workers' raw episode rate (the episodes over the slowest worker's own seconds
+per generation) and the loop's share of it.
+
+The runs learn differently, and a vmapped generation costs about its longest episode, so the
+learning rates do not compare equal work: ``populations_work.py`` then times device mode and
+evosax generation by generation from the same parameters (a policy that reached the target,
+and the initial one with short episodes), medians of ``--work-repeats`` alternated repeats.
 
     .venv/bin/python benchmarks/populations.py             # 3 seeds
     .venv/bin/python benchmarks/populations.py --quick     # seed 0
@@ -24,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import optax
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,20 +45,20 @@ from common import (
     save_figure,
     write_report,
 )
+from populations_work import equal_work, equal_work_table, evosax_generation
 
-from jaxflow import Algorithm, envs
-from jaxflow.algorithms.es import ESConfig, SearchNetwork, population_returns
-from jaxflow.algorithms.es.rollouts import greedy_actor
-from jaxflow.policies.distributions import Categorical
-from jaxflow.policies.policy import Policy
+from jaxflow import Algorithm
+from jaxflow.algorithms.es import ESConfig
 
 log = logger("populations")
 POPULATION = 256
 NOISE_TABLE = 10_000_000
 RUNS = ("device", "ray", "evosax")
+Runner = tuple[Callable[[], dict[str, float]], Callable[[], None], Callable[[], np.ndarray]]
+"""One generation per call (returning its metrics), stop, and the run's ``theta`` now."""
 
 
-def jaxflow_step(mode: str, seed: int, workers: int) -> tuple[Callable[[], dict[str, float]], Callable[[], None]]:
+def jaxflow_step(mode: str, seed: int, workers: int) -> Runner:
     """One jaxflow generation per call (device mode: ``iterations_per_call=1``)."""
     env = "gymnax/CartPole-v1" if mode == "device" else "CartPole-v1"
     algo = Algorithm.build(
@@ -71,52 +77,28 @@ def jaxflow_step(mode: str, seed: int, workers: int) -> tuple[Callable[[], dict[
             "steps": steps,
         }
 
-    return step, algo.stop
+    return step, algo.stop, lambda: np.asarray(algo.program.get_state().theta)
 
 
-def evosax_step(seed: int) -> tuple[Callable[[], dict[str, float]], Callable[[], None]]:
+def evosax_step(seed: int) -> Runner:
     """evosax's Open_ES with the same settings, one jitted ask-rollout-tell per call."""
-    from evosax.algorithms import Open_ES
-
-    config = ESConfig()
-    env, env_params = envs.make("gymnax/CartPole-v1")
-    policy = Policy(SearchNetwork(2, config.hidden_sizes), Categorical(2), (4,))
-    params = policy.init(jax.random.PRNGKey(seed))
-    flat, unravel = jax.flatten_util.ravel_pytree(params)
-    strategy = Open_ES(
-        POPULATION,
-        flat,
-        optimizer=optax.adam(config.optimizer.lr),
-        std_schedule=optax.constant_schedule(config.noise_std),
-    )
-    act = greedy_actor(policy, unravel)
-    state = strategy.init(jax.random.PRNGKey(seed), flat, strategy.default_params)
-
-    @jax.jit
-    def generation(state: Any, key: jax.Array) -> tuple[Any, jax.Array]:
-        k_ask, k_env, k_tell = jax.random.split(key, 3)
-        population, state = strategy.ask(k_ask, state, strategy.default_params)
-        returns, lengths, _ = population_returns(
-            env, env_params, act, 0.0, population, None, k_env, config.max_episode_length
-        )
-        state, _ = strategy.tell(k_tell, population, -returns, state, strategy.default_params)  # evosax minimises
-        return state, returns.mean(), lengths.sum()
-
+    generation, state, _ = evosax_generation(seed, POPULATION, ESConfig().max_episode_length)
     box = {"state": state, "g": 0}
 
     def step() -> dict[str, float]:
-        box["state"], mean, steps = generation(box["state"], jax.random.fold_in(jax.random.PRNGKey(seed + 1), box["g"]))
+        box["state"], mean, steps, _ = generation(
+            box["state"], jax.random.fold_in(jax.random.PRNGKey(seed + 1), box["g"])
+        )
         box["g"] += 1
         return {"return_mean": float(mean), "worker_s": 0.0, "steps": int(steps)}
 
-    return step, lambda: None
+    return step, lambda: None, lambda: np.asarray(box["state"].mean)
 
 
-def timed(
-    make: Callable[[], tuple[Callable[[], dict[str, float]], Callable[[], None]]], target: float, max_gen: int
-) -> dict[str, Any]:
-    """Generations until the population's mean return reaches ``target`` (or ``max_gen``), timed."""
-    step, stop = make()
+def timed(make: Callable[[], Runner], target: float, max_gen: int) -> dict[str, Any]:
+    """Generations until the population's mean return reaches ``target`` (or ``max_gen``),
+    timed; ``theta`` is the run's last (not saved in the report)."""
+    step, stop, theta = make()
     try:
         t0 = time.perf_counter()
         out, worker_s, steps, hit = step(), 0.0, 0, None
@@ -130,6 +112,7 @@ def timed(
             if out["return_mean"] >= target:
                 hit = (time.perf_counter() - t0, gens)
         loop_s = time.perf_counter() - t1
+        final = theta()
     finally:
         stop()
     after_first = (gens - 1) * POPULATION
@@ -141,6 +124,7 @@ def timed(
         "worker_evals_per_s": after_first / worker_s if worker_s else None,
         "seconds_to_target": hit[0] if hit else None,
         "generations_to_target": hit[1] if hit else None,
+        "theta": final,
     }
 
 
@@ -151,6 +135,8 @@ def main() -> None:
     p.add_argument("--target", type=float, default=475.0)
     p.add_argument("--max-generations", type=int, default=40)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--work-repeats", type=int, default=15, help="equal-work generations per runner and case")
+    p.add_argument("--short-length", type=int, default=20, help="equal work, short case: episodes cut here")
     p.add_argument("--out-dir", default="results")
     args = p.parse_args()
     seeds = [0] if args.quick else args.seeds
@@ -163,12 +149,24 @@ def main() -> None:
     for seed in seeds:
         for name in RUNS:  # in turns, so that a slower minute of the machine falls on all three
             runs[name].append(timed(makers[name](seed), args.target, args.max_generations))
-            log(f"seed {seed} {name}: {runs[name][-1]}")
+            log(f"seed {seed} {name}: { {k: v for k, v in runs[name][-1].items() if k != 'theta'} }")
+    work = {
+        "full": equal_work(seeds[0], POPULATION, learned(runs), ESConfig().max_episode_length, args.work_repeats),
+        "short": equal_work(seeds[0], POPULATION, None, args.short_length, args.work_repeats),
+    }
+    log(f"equal work: {work}")
     summary = summarize(runs)
-    text = table(summary, args, seeds)
-    report = {"machine": machine_info(), "args": vars(args), "runs": runs, "summary": summary}
+    text = table(summary, args, seeds) + "\n" + equal_work_table(work, POPULATION, args.work_repeats)
+    report = {"machine": machine_info(), "args": vars(args), "runs": runs, "summary": summary, "equal_work": work}
     write_report(args.out_dir, "populations", report, text)
     figure(summary, os.path.join(args.out_dir, "populations.png"))
+
+
+def learned(runs: dict[str, list[dict[str, Any]]]) -> np.ndarray:
+    """The ``theta`` of the first run (device mode's first) that reached the target, else
+    device mode's last; every run's ``theta`` is taken out of ``runs`` (not reported)."""
+    thetas = [(r.pop("theta"), r["seconds_to_target"] is not None) for name in RUNS for r in runs[name]]
+    return next((t for t, hit in thetas if hit), thetas[0][0])
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:

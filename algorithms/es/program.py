@@ -59,6 +59,11 @@ def generation_keys(key: Array, generation: Array) -> tuple[Array, Array]:
     return k[0], k[1]
 
 
+def population_mesh() -> Mesh:
+    """The local devices as one axis, that device mode splits the population over."""
+    return Mesh(np.asarray(jax.local_devices()), (POPULATION_AXIS,))
+
+
 def update(config: SearchConfig, optimizer: Any, state: SearchState, noise: Array, returns: Array, moments: Moments):
     """One step of ``theta`` from a generation's returns (``[2n]``: the ``+`` members, then the
     ``-``), and the observation statistics merged; returns the state and the step's metrics."""
@@ -120,9 +125,13 @@ class SearchProgram:
         )
         self._optimizer = config.search_optimizer()
         obs = moments_init(self.policy.obs_shape, jnp)
-        self.state = SearchState(
+        # Device mode's state lives where its compiled call leaves it (replicated over the
+        # population's devices): placed elsewhere, the second call would compile it again.
+        self._placement = None if self.mode == "ray" else NamedSharding(population_mesh(), PartitionSpec())
+        start = SearchState(
             theta, self._optimizer.init(theta), jax.random.fold_in(key, 1), jnp.zeros((), jnp.int32), obs
         )
+        self.state: SearchState = jax.device_put(start, self._placement)
         self.table = noise_table(config.noise_table_size)
         self._table = jax.device_put(self.table)
         self.context = Context(num_episodes=config.metrics_num_episodes)
@@ -130,6 +139,8 @@ class SearchProgram:
         self.workers: list[Any] = []
         self._results: LocalIterator[dict[str, Any]] | None = None
         self._offsets = jax.jit(functools.partial(self._sample_offsets))
+        # The table is an argument of the compiled calls: closed over, its 40 MB would be
+        # compiled into them as a constant (a slower first call, 100 MB more memory).
         self._update = jax.jit(self._host_update)
         if self.mode == "ray":
             init_ray()
@@ -146,16 +157,15 @@ class SearchProgram:
         k, _ = generation_keys(key, generation)
         return sample_offsets(k, self.config.population_size // 2, self.config.noise_table_size, self.dim)
 
-    def _generations(self, state: SearchState) -> tuple[SearchState, dict[str, Array]]:
+    def _generations(self, state: SearchState, table: Array) -> tuple[SearchState, dict[str, Array]]:
         env, env_params = jf_envs.make(self.config.env, **self.config.env_config)
         act = greedy_actor(self.policy, self.unravel)
-        devices = np.asarray(jax.local_devices())
-        spread = NamedSharding(Mesh(devices, (POPULATION_AXIS,)), PartitionSpec(POPULATION_AXIS))
+        spread = NamedSharding(population_mesh(), PartitionSpec(POPULATION_AXIS))
         sigma, clip = self.config.noise_std, self.config.rollout.normalize_clip
 
         def generation(state: SearchState, _: Any):
             _, episode_key = generation_keys(state.key, state.generation)
-            noise = perturbations(self._table, self._sample_offsets(state.key, state.generation), self.dim)
+            noise = perturbations(table, self._sample_offsets(state.key, state.generation), self.dim)
             thetas = jnp.concatenate([state.theta + sigma * noise, state.theta - sigma * noise])
             thetas = jax.lax.with_sharding_constraint(thetas, spread)  # each device plays its share
             returns, lengths, moments = population_returns(
@@ -166,8 +176,8 @@ class SearchProgram:
 
         return jax.lax.scan(generation, state, None, length=self.config.device.iterations_per_call)
 
-    def _host_update(self, state: SearchState, offsets: Array, returns: Array, moments: Moments):
-        noise = perturbations(self._table, offsets, self.dim)
+    def _host_update(self, state: SearchState, table: Array, offsets: Array, returns: Array, moments: Moments):
+        noise = perturbations(table, offsets, self.dim)
         return update(self.config, self._optimizer, state, noise, returns, moments)
 
     def ray_generation(self) -> dict[str, np.ndarray]:
@@ -183,7 +193,7 @@ class SearchProgram:
         n = len(offsets) // len(outs)
         lengths = np.concatenate([o["lengths"][:n] for o in outs] + [o["lengths"][n:] for o in outs])
         moments = jax.tree.map(lambda x: np.asarray(x, np.float32), merge_all([o["moments"] for o in outs]))
-        self.state, out = self._update(self.state, offsets, returns, moments)
+        self.state, out = self._update(self.state, self._table, offsets, returns, moments)
         worker_s = max(o["seconds"] for o in outs)
         out = dict(jax.device_get(out), returns=returns, lengths=lengths, worker_s=worker_s)
         return jax.tree.map(lambda x: np.asarray(x)[None], out)
@@ -201,7 +211,7 @@ class SearchProgram:
                 if self.mode == "ray":
                     out = self.ray_generation()
                 else:
-                    self.state, out = self._run(self.state)
+                    self.state, out = self._run(self.state, self._table)
                     out = jax.device_get(out)
                 record(self.context, out)
                 yield out
@@ -214,7 +224,7 @@ class SearchProgram:
         return jax.device_get(self.state)
 
     def set_state(self, state: SearchState) -> None:
-        self.state = jax.device_put(state)
+        self.state = jax.device_put(state, self._placement)
 
     def get_weights(self, member: int = 0) -> Any:
         """The policy's parameters (the search distribution's mean)."""

@@ -133,3 +133,16 @@ def test_ray_workers_episodes_of_an_env_without_an_end_are_cut_at_max_episode_le
     out = worker.evaluate(np.zeros(worker.dim, np.float32), np.array([0, 7]), 0, None)
     assert out["returns_pos"].tolist() == out["returns_neg"].tolist() == [CUT, CUT]
     assert out["lengths"].tolist() == [CUT] * 4 and out["moments"].count == 4 * CUT
+
+
+def test_device_mode_compiles_its_generations_once():
+    """The state starts (and is restored) where the compiled call leaves it, so later calls reuse the first's compilation."""
+    algo = Algorithm.build("ES", **dict(TINY, iterations_per_call=1))
+    try:
+        algo.train()
+        algo.train()
+        algo.program.set_state(algo.program.get_state())  # as Algorithm.restore does
+        result = algo.train()
+        assert result["num_updates"] == 3 and algo.program._run._cache_size() == 1
+    finally:
+        algo.stop()
