@@ -169,11 +169,39 @@ INLINED_BYTES = 100 * 1024
 ones stay in the object store of the node that made them."""
 
 
+def worker_nodes_alive(head: str) -> list[str]:
+    return [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
+
+
 def test_large_fragments_go_from_their_worker_to_the_learner_group_never_through_the_driver(ray_cluster):
     """IMPALA with a worker on one node and two learner processes (``num_learners=2``) on the
     worker nodes: the worker keeps each fragment's learner rows (about 0.8 MB, past Ray's
     inlining) in its node's object store and the driver passes on references, so the rows
     reach the learners' nodes and never the head, where the driver runs."""
+    head = ray_cluster.head.node_id
+    added = []  # the tests before may have removed worker nodes: two are needed
+    while len(worker_nodes_alive(head)) < 2:
+        added.append(ray_cluster.cluster.add_node(num_cpus=2, resources={"rollout": 2, "replay": 2}))
+        ray_cluster.cluster.wait_for_nodes()
+    nodes = worker_nodes_alive(head)
+    try:
+        handed, result, worker_node, learner_nodes, locations = large_fragment_run()
+    finally:
+        for node in added:
+            ray_cluster.cluster.remove_node(node)
+    assert result["num_updates"] >= 1 and result["learner"].get("learner_batches_lost", 0.0) == 0.0
+    # 2 CPUs each: one on each worker node (the head has 1), beside the worker on one of them.
+    assert sorted(learner_nodes) == sorted(nodes)
+    assert all(isinstance(batch, StoredRows) for batch in handed) and locations
+    for location in locations.values():
+        assert location["object_size"] > INLINED_BYTES
+        assert worker_node in location["node_ids"] and head not in location["node_ids"]
+
+
+def large_fragment_run() -> tuple[list, dict, str, list[str], dict]:
+    """One IMPALA iteration on test/WideCartPole-v0 with 2 learner processes: the batches the
+    learner thread handed the group, the result, the worker's and learners' nodes, and where
+    the batches' rows lie."""
     algo = Algorithm.build(
         "IMPALA", env="test/WideCartPole-v0", env_config={"width": 1024}, num_workers=1, num_learners=2,
         num_cpus_per_worker=0, num_cpus_per_learner=2, custom_resources_per_worker={"rollout": 1},
@@ -186,15 +214,7 @@ def test_large_fragments_go_from_their_worker_to_the_learner_group_never_through
         result = algo.train()
         worker_node = algo.program.node_ids()["workers"][0]
         learner_nodes = group.node_ids()
-        refs = [ref for batch in handed for ref in batch.refs]
-        locations = ray.experimental.get_object_locations(refs)
+        locations = ray.experimental.get_object_locations([ref for batch in handed for ref in batch.refs])
     finally:
         algo.stop()
-    head = ray_cluster.head.node_id
-    assert result["num_updates"] >= 1 and result["learner"].get("learner_batches_lost", 0.0) == 0.0
-    # 2 CPUs each: one on each worker node (the head has 1), beside the worker on one of them.
-    assert sorted(learner_nodes) == sorted([ray_cluster.a.node_id, ray_cluster.b.node_id])
-    assert all(isinstance(batch, StoredRows) for batch in handed) and refs
-    for ref in refs:
-        assert locations[ref]["object_size"] > INLINED_BYTES
-        assert worker_node in locations[ref]["node_ids"] and head not in locations[ref]["node_ids"]
+    return handed, result, worker_node, learner_nodes, locations
