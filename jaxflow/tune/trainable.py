@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
+import posixpath
 from typing import Any, ClassVar
 
+import pyarrow.fs
 from ray import tune
 
 from jaxflow.api.algorithm import Algorithm
@@ -57,6 +59,17 @@ class JaxflowTrainable(tune.Trainable):
         result["pid"] = os.getpid()  # which process ran it (a restored trial runs in a new one)
         return result
 
+    def save(self, checkpoint_dir: str | None = None) -> Any:
+        """Tune's save, never into a checkpoint folder the trial already wrote.
+
+        Tune's synchronous PBT can pause a running trial with two saves in flight (its own
+        and the pause's) and count one: the trial's next process is then told an index one
+        short and would persist its next checkpoint over the second, under a name Tune still
+        holds for the older state (a trial that exploited it loads a later state)."""
+        if self._storage is not None:
+            skip_written_checkpoints(self._storage)
+        return super().save(checkpoint_dir)
+
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         self.algo.save(checkpoint_dir)  # checkpoint_dir/checkpoint_<N>: Algorithm.restore(checkpoint_dir) finds it
 
@@ -72,6 +85,17 @@ class JaxflowTrainable(tune.Trainable):
 
     def cleanup(self) -> None:
         self.algo.stop()
+
+
+def skip_written_checkpoints(storage: Any) -> None:
+    """Moves ``storage``'s (a Ray ``StorageContext``) checkpoint index past every folder
+    its trial already persisted, so that the next save makes a new one."""
+    while True:
+        name = f"checkpoint_{storage.current_checkpoint_index + 1:06d}"
+        info = storage.storage_filesystem.get_file_info(posixpath.join(storage.trial_fs_path, name))
+        if info.type == pyarrow.fs.FileType.NotFound:
+            return
+        storage.current_checkpoint_index += 1
 
 
 def trainable(algorithm: str | Any, **fixed: Any) -> type[JaxflowTrainable]:

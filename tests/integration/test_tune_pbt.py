@@ -16,10 +16,12 @@ import jax
 import numpy as np
 import ray
 from ray import tune
+from ray.train._internal.storage import StorageContext
 
 import jaxflow
 from jaxflow.api.registry import get_algorithm
 from jaxflow.tune import KeepInBounds, SearchDim, make_scheduler
+from jaxflow.tune.trainable import trainable
 
 FIXED = {"env": "CartPole-v1", "num_workers": 0, "seed": 0, "train_batch_size": 256, "minibatch_size": 128}
 """Short iterations (256 env steps, 2 minibatches x 8 epochs): CartPole still ends episodes in each."""
@@ -117,3 +119,25 @@ def test_pbt_gives_the_lower_trial_the_others_checkpoint_and_perturbed_hyperpara
         load["lr"],
         load["gamma"],
     )
+
+
+def test_a_trial_told_a_short_checkpoint_index_never_writes_over_a_checkpoint(ray_local, tmp_path):
+    """Tune's synchronous PBT can pause a running trial with two saves in flight and count one,
+    so the trial's next process is told an index one short (seen in this module's test: the
+    trial that exploited checkpoint_000001 loaded the next iteration's state, written over it)."""
+    storage = StorageContext(str(tmp_path), "experiment", trial_dir_name="trial")
+    trial = trainable("PPO", **FIXED)(config={"lr": STRONG_LR}, storage=storage)
+    try:
+        first = trial.save()
+        saved = digest(trial.algo.program.get_state())
+        trial.train()
+        storage.current_checkpoint_index = -1  # what a restarted trial process is told after the race
+        second = trial.save()
+    finally:
+        trial.stop()
+    assert [os.path.basename(c.checkpoint.path) for c in (first, second)] == ["checkpoint_000000", "checkpoint_000001"]
+    again = jaxflow.Algorithm.restore(first.checkpoint.path)
+    try:
+        assert again.iteration == 0 and digest(again.program.get_state()) == saved
+    finally:
+        again.stop()
