@@ -3,9 +3,10 @@ a learner group of 2 processes, the group shuffling its minibatches two ways, me
 same run on the same batches:
 
 - ``one``: one ``Learner`` in this process, on its device;
-- ``group_whole``: ``num_learners=2`` with each minibatch drawn from the whole batch, so XLA
-  gathers every minibatch onto every device and each computes all of it (the default for CPUs
-  of several processes: gloo reduces each array in a round trip of its own);
+- ``group_whole``: ``num_learners=2`` with each minibatch drawn from the whole batch, which
+  the learner gathers onto every device once per update, each device computing all of every
+  minibatch (the default for CPUs of several processes: gloo reduces each array in a round
+  trip of its own);
 - ``group_blocks``: the same group with each process drawing its part of every minibatch from
   its own rows (``jaxflow.learn.sgd.shard_blocks``; the default on accelerators): the compute
   is split and only the gradients cross processes.

@@ -111,6 +111,10 @@ class Learner:
         self._version = 0
         self.on_nonfinite = on_nonfinite
         self._num_epochs, self._minibatch_size = num_epochs, minibatch_size
+        # Whole minibatches on several devices: every device computes each minibatch whole,
+        # so the batch is gathered onto every device once per update, not once per SGD step
+        # (on CPUs of several processes each of gloo's gathers is a round trip).
+        self._gather = jax.jit(lambda batch: batch, out_shardings=self._replicated)
         self._update = jax.jit(
             functools.partial(
                 sgd_update, loss_fn, optimizer, num_epochs, minibatch_size, num_devices=self._shuffle_devices
@@ -189,13 +193,15 @@ class Learner:
     ) -> tuple[TrainState, dict[str, Any]]:
         n = len(jax.tree.leaves(device_batch)[0])
         mb = _check_minibatch(n, self._minibatch_size)
+        shards = shard_blocks(n, self._num_epochs, mb, self._shuffle_devices)
+        if shards == 1 and len(self.devices) > 1:
+            device_batch = self._gather(device_batch)
         if self._loop is None:
             self._loop = "host" if self._convolutional_on_cpu(state, device_batch, mb) else "scan"
         if self._loop == "scan":
             if fraction is None:
                 return self._update(state, device_batch)
             return self._update_and_move(state, device_batch, np.float32(fraction))
-        shards = shard_blocks(n, self._num_epochs, mb, self._shuffle_devices)
         rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb, shards)
         state, steps = state._replace(rng=rng), []
         for row in np.asarray(idx):

@@ -179,8 +179,9 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     # Several epochs: minibatches shuffled within each device's rows (one learner told of 4
     # devices shuffles alike), so only parameter-shaped arrays cross devices, never rows.
     import re
-    def row_collectives(learner):
-        hlo = learner._update.lower(learner.state, learner.put_batch(batch)).compile().as_text()
+    def row_collectives(learner, placed=None):
+        placed = learner.put_batch(batch) if placed is None else placed
+        hlo = learner._update.lower(learner.state, placed).compile().as_text()
         shapes = [l.split(" all-")[0] for l in hlo.splitlines() if re.search(r" (all-reduce|all-gather|all-to-all|collective-permute)(-start)?\(", l)]
         return len(shapes), sum(bool(re.search(r"\[8[,\]]", s)) for s in shapes)
     ep_one = Learner(loss, optax.sgd(0.01), copy(), devices=jax.devices()[:1], num_epochs=2, minibatch_size=8, shuffle_devices=4)
@@ -188,8 +189,13 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     ep_one.update(batch), ep_four.update(batch)
     print("EPOCH_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(ep_one.get_weights()), leaves(ep_four.get_weights()))))
     print("BLOCK_COLLECTIVES", *row_collectives(ep_four))
+    # Whole minibatches on 4 devices: the batch is gathered onto every device once, before
+    # the update, whose SGD steps then move nothing across devices.
     whole = Learner(loss, optax.sgd(0.5), copy(), devices=jax.devices(), num_epochs=2, minibatch_size=8, shuffle_devices=1)
-    print("WHOLE_COLLECTIVES", *row_collectives(whole))
+    whole_one = Learner(loss, optax.sgd(0.5), copy(), devices=jax.devices()[:1], num_epochs=2, minibatch_size=8)
+    whole.update(batch), whole_one.update(batch)
+    print("WHOLE_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(whole.get_weights()), leaves(whole_one.get_weights()))))
+    print("WHOLE_COLLECTIVES", *row_collectives(whole, whole._gather(whole.put_batch(batch))))
 
     placed = four.put_batch(batch)["x"]
     print("BATCH_DEVICES", placed.sharding.num_devices, len(placed.addressable_shards))
@@ -234,13 +240,15 @@ def test_four_devices_match_one_device_in_the_host_loop(multi_device_output):
 
 def test_epochs_shuffle_within_each_devices_rows_and_match_one_device(multi_device_output):
     """Minibatches of 8 over 4 devices, 2 epochs: each device gathers its 2 rows of a
-    minibatch from its own 16, so the compiled update moves only gradients across devices
-    (a shuffle of the whole batch gathers each minibatch's rows onto every device); one
-    device told to shuffle for 4 updates alike."""
+    minibatch from its own 16, so the compiled update moves only gradients across devices;
+    one device told to shuffle for 4 updates alike. Whole minibatches instead gather the
+    batch onto every device once, and their steps move nothing."""
     assert float(multi_device_output["EPOCH_DIFF"]) < 1e-5
     collectives, with_rows = map(int, multi_device_output["BLOCK_COLLECTIVES"].split())
     assert collectives >= 1 and with_rows == 0  # the gradients cross devices; no row does
-    assert int(multi_device_output["WHOLE_COLLECTIVES"].split()[1]) >= 1
+    # Whole minibatches: the batch gathered once per update, the steps local to each device.
+    assert multi_device_output["WHOLE_COLLECTIVES"] == "0 0"
+    assert float(multi_device_output["WHOLE_DIFF"]) < 1e-5
 
 
 def test_four_device_learner_shards_batch_and_replicates_params(multi_device_output):
