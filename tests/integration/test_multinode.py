@@ -29,10 +29,9 @@ from jaxflow.dataflow.stored_rows import StoredRows
 PPO_TARGET, PPO_BUDGET = 450.0, 200_000  # tests/learning/test_learning.py's, on one node
 LAST_BATCH = 4096  # the last PPO iteration may overshoot the budget by one batch
 
-# Ape-X's one-node test stops on a greedy evaluation of 400 within 500k steps (41k-200k in
-# most runs, with 10 evaluation episodes every 4 iterations): too long for this file, which
-# uses a shortened threshold, stated in the test.
-APEX_TARGET, APEX_BUDGET = 100.0, 100_000
+# Ape-X's one-node test's threshold (examples/tuned/apex-cartpole.json): a greedy evaluation
+# of 400 within 500k env steps, 10 episodes every 20k steps (here 10 iterations of 2k).
+APEX_TARGET, APEX_BUDGET = 400.0, 500_000
 APEX = dict(
     env="CartPole-v1",
     num_workers=2,
@@ -41,9 +40,11 @@ APEX = dict(
     seed=0,
     min_env_steps_per_iteration=2_000,
     on_worker_failure="restart",
+    evaluation_interval=10,
+    evaluation_episodes=10,
 )
 SPREAD = dict(placement_strategy="spread", custom_resources_per_worker={"rollout": 1})
-MAX_ITERATIONS_TO_RECOVER = 200
+MAX_ITERATIONS = 260  # 500k env steps in iterations of 2k, and some room
 PPO = get_algorithm("PPO")
 EVALUATION_EPISODES = 2
 # Evaluation during training, rarely: to show where its actor runs.
@@ -85,12 +86,8 @@ def test_a_resource_no_node_has_fails_before_any_actor_starts(ray_cluster):
 def test_apex_loses_a_node_and_trains_on_with_its_actors_back_on_the_other(ray_cluster, tmp_path):
     """Ape-X with its 2 actors and 2 shards spread over nodes a and b; after a checkpoint,
     node b leaves. Its actor and its shard come back on node a (the shard with the
-    checkpoint's contents), every train() call gives the next iteration, and the run learns.
-
-    Learning threshold, shortened: a training return (exploring actors, epsilon 0.4 and
-    0.4^8) of 100 within 100k env steps, where the one-node test asks a greedy 400 within
-    500k. On one node, at this budget and with these settings, the run reached 100 at 33k
-    steps (seed 0); random play returns about 20."""
+    checkpoint's contents), every train() call gives the next iteration, and the run
+    reaches the one-node threshold: a greedy evaluation of 400 within 500k env steps."""
     a, b = ray_cluster.a.node_id, ray_cluster.b.node_id
     algo = Algorithm.build("APEX", **APEX, **SPREAD, custom_resources_per_replay_shard={"replay": 1})
     try:
@@ -102,12 +99,12 @@ def test_apex_loses_a_node_and_trains_on_with_its_actors_back_on_the_other(ray_c
         ray_cluster.cluster.remove_node(ray_cluster.b)
         lost_workers = [i for i, node in workers.items() if node == b]
         lost_shards = [i for i, node in enumerate(shards) if node == b]
-        for _ in range(MAX_ITERATIONS_TO_RECOVER):
+        for _ in range(MAX_ITERATIONS):
             results.append(algo.train())
             back = results[-1]["num_worker_restarts"] == len(lost_workers) and algo.replay.num_restarts == len(
                 lost_shards
             )
-            if back and results[-1]["episode_return_mean"] >= APEX_TARGET:
+            if (back and greedy(results[-1]) >= APEX_TARGET) or results[-1]["env_steps_sampled"] > APEX_BUDGET:
                 break
         after = algo.program.node_ids()
     finally:
@@ -125,8 +122,13 @@ def test_apex_loses_a_node_and_trains_on_with_its_actors_back_on_the_other(ray_c
     assert [r["training_iteration"] for r in results] == list(range(1, len(results) + 1))
     assert all(y["env_steps_sampled"] > x["env_steps_sampled"] for x, y in itertools.pairwise(results))
     assert all(y["env_steps_trained"] >= x["env_steps_trained"] for x, y in itertools.pairwise(results))
-    first = next(r for r in results if r["episode_return_mean"] >= APEX_TARGET)
-    assert first["env_steps_sampled"] <= APEX_BUDGET, first
+    first = next((r for r in results if greedy(r) >= APEX_TARGET), results[-1])
+    assert greedy(first) >= APEX_TARGET and first["env_steps_sampled"] <= APEX_BUDGET, first
+
+
+def greedy(result: dict) -> float:
+    """The result's greedy evaluation return (none yet: -inf)."""
+    return result.get("evaluation", {}).get("episode_return_mean", float("-inf"))
 
 
 def test_a_worker_and_a_shard_whose_only_node_left_are_named_after_the_placement_timeout(ray_cluster, tmp_path):
