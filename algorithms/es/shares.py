@@ -55,7 +55,7 @@ def evaluate_shares(workers: WorkerSet, offsets: np.ndarray, generation: int, no
                 pending[reply] = (s, i, time.monotonic())
         if not pending:
             raise WorkerCrashedError(
-                f"every search worker has failed and on_worker_failure='ignore' left none to play generation "
+                f"every rollout worker has failed and on_worker_failure='ignore' left none to play generation "
                 f"{generation}; set on_worker_failure='restart' to recreate them."
             )
         for s, i, error in _failures(pending, done, workers.timeout_s):
@@ -78,12 +78,12 @@ def _failures(
         try:
             done[s] = ray.get(reply)
         except RayTaskError as e:  # the worker's own code raised (an env's error): no retry helps
-            raise WorkerError(f"search worker {i} raised {e.cause!r}") from e.cause
+            raise WorkerError(f"rollout worker {i} raised {e.cause!r}") from e.cause
         except RayActorError as e:
             failed.append((s, i, e))
     now = time.monotonic()
     for reply, (s, i, sent) in list(pending.items()):
         if now - sent >= timeout_s:
             del pending[reply]
-            failed.append((s, i, GetTimeoutError(f"no reply from search worker {i} in {timeout_s:g}s")))
+            failed.append((s, i, GetTimeoutError(f"no reply from rollout worker {i} in {timeout_s:g}s")))
     return failed

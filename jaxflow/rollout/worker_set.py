@@ -220,10 +220,12 @@ class WorkerSet:
         if not isinstance(old, _InDriver):
             ray.kill(old, no_restart=True)
         if mode == "ignore":
-            log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
+            log.warning(
+                "rollout worker %d failed (%s); continuing with %d workers", index, first_line(error), len(self._slots)
+            )
             return
         self._start(index, time.monotonic())
-        log.warning("rollout worker %d failed (%s); restarting it", index, error)
+        log.warning("rollout worker %d failed (%s); restarting it", index, first_line(error))
 
     def _start(self, index: int, since: float, attempt: int = 1) -> None:
         # The others go on sampling while it starts (a new process importing JAX): see live().

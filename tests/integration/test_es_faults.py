@@ -18,24 +18,26 @@ import ray
 from jaxflow import Algorithm, WorkerCrashedError
 
 GENERATIONS = 4
-WORKERS = 3
+WORKERS = 2
 RUN = dict(
     env="test/HoldCall-v0",
-    population_size=2 * WORKERS,  # one pair a worker: the ignore run's two survivors share three unevenly
+    population_size=2 * WORKERS,  # one pair a worker
     num_workers=WORKERS,
-    num_cpus_per_worker=0.25,  # two runs of three workers at once (the fault-free one stays up) on two CPUs
+    num_cpus_per_worker=0.5,  # two runs at once (the fault-free one stays up) on the session's two CPUs
     noise_table_size=100_000,
     hidden_sizes=(4,),
     max_episode_length=20,
     normalize_observations=True,  # the observation moments travel and merge too
     seed=3,
 )
+SILENT_TIMEOUT_S = 5.0
+"""How long the ignore run waits for a call (a silent worker's, and a first call compiling)."""
 REJOIN_S = 120.0
 """How long a test waits for restarted workers (new processes importing JAX) to join."""
 
 
-def build(mode: str, **env_config) -> Algorithm:
-    return Algorithm.build("ES", on_worker_failure=mode, env_config=env_config, **RUN)
+def build(mode: str, env_config: dict | None = None, **overrides) -> Algorithm:
+    return Algorithm.build("ES", on_worker_failure=mode, env_config=env_config or {}, **RUN, **overrides)
 
 
 def digest(algo: Algorithm) -> str:
@@ -80,14 +82,15 @@ def kill_when_held(handle, marker, deadline_s: float) -> None:
 def test_restart_replaces_dead_and_held_workers_and_keeps_every_update(fault_free, tmp_path):
     _, expected = fault_free
     marker = tmp_path / "held"
-    # Worker 1 holds its second share's call open (generation 2, or an extra share of
-    # generation 2 it takes over from worker 0) until the killer thread kills it.
-    algo = build("restart", hold_worker=1, hold_at_reset=2, marker=str(marker))
+    # Worker 0 is killed between generations 1 and 2; worker 1 holds its call of generation 2
+    # open until the killer thread kills it in there: no worker is left, and the generation
+    # waits for a restarted one to play both shares.
+    algo = build("restart", dict(hold_worker=1, hold_at_reset=2, marker=str(marker)))
     try:
         killer = threading.Thread(target=kill_when_held, args=(worker(algo, 1), marker, REJOIN_S))
         killer.start()
         first = algo.train()
-        ray.kill(worker(algo, 0), no_restart=True)  # between generations
+        ray.kill(worker(algo, 0), no_restart=True)
         for _ in range(GENERATIONS - 2):
             algo.train()
         killer.join()
@@ -96,7 +99,7 @@ def test_restart_replaces_dead_and_held_workers_and_keeps_every_update(fault_fre
         while algo.program.workers.num_healthy < WORKERS and time.monotonic() < deadline:
             time.sleep(0.1)
             algo.program.workers.live()  # admits the replacements that answer
-        last = algo.train()  # each replacement plays a share too
+        last = algo.train()  # each replacement plays a share
         assert digest(algo) == expected[-1]
     finally:
         algo.stop()
@@ -105,21 +108,22 @@ def test_restart_replaces_dead_and_held_workers_and_keeps_every_update(fault_fre
     assert last["training_iteration"] == GENERATIONS and last["num_updates"] == GENERATIONS
 
 
-def test_ignore_continues_on_the_live_workers_with_the_same_updates(fault_free):
+def test_ignore_drops_a_silent_worker_and_keeps_every_update(fault_free, tmp_path):
     _, expected = fault_free
-    algo = build("ignore")
+    marker = tmp_path / "held"
+    # Worker 1 stops answering in generation 2; after worker_timeout_s it is dropped.
+    held = dict(hold_worker=1, hold_at_reset=2, marker=str(marker))
+    algo = build("ignore", held, worker_timeout_s=SILENT_TIMEOUT_S)
     try:
-        algo.train()
-        ray.kill(worker(algo, 2), no_restart=True)
-        digests = [expected[0]]
-        for _ in range(GENERATIONS - 1):
-            result = algo.train()  # three shares on two workers: one of them plays two
+        digests = []
+        for _ in range(GENERATIONS):
+            result = algo.train()  # from generation 2 three shares on two workers: one plays two
             digests.append(digest(algo))
-        assert digests == expected
+        assert marker.exists() and digests == expected
         assert result["num_healthy_workers"] == WORKERS - 1 and result["num_worker_restarts"] == 0
         for _, handle in algo.program.workers.live():
             ray.kill(handle, no_restart=True)
-        with pytest.raises(WorkerCrashedError, match="every search worker has failed") as e:
+        with pytest.raises(WorkerCrashedError, match="every rollout worker has failed") as e:
             algo.train()
         assert "\n" not in str(e.value)
     finally:
