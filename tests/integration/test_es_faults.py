@@ -117,7 +117,7 @@ def test_ignore_drops_a_silent_worker_and_keeps_every_update(fault_free, tmp_pat
     try:
         digests = []
         for _ in range(GENERATIONS):
-            result = algo.train()  # from generation 2 three shares on two workers: one plays two
+            result = algo.train()  # from generation 2 worker 0 plays both shares
             digests.append(digest(algo))
         assert marker.exists() and digests == expected
         assert result["num_healthy_workers"] == WORKERS - 1 and result["num_worker_restarts"] == 0
