@@ -28,6 +28,9 @@ from jaxflow.dataflow.actors import WorkerError
 from jaxflow.rollout.normalize import Moments
 from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
+JOIN_POLL_S = 1.0
+"""How often a generation whose shares wait for a free worker looks for a restarted one that has joined."""
+
 Share = dict[str, Any]
 """One share's reply: ``returns_pos``, ``returns_neg``, ``lengths`` (``+`` then ``-``), ``moments``, ``seconds``."""
 
@@ -58,20 +61,25 @@ def evaluate_shares(workers: WorkerSet, offsets: np.ndarray, generation: int, no
                 f"every rollout worker has failed and on_worker_failure='ignore' left none to play generation "
                 f"{generation}; set on_worker_failure='restart' to recreate them."
             )
-        for s, i, error in _failures(pending, done, workers.timeout_s):
+        poll_s = JOIN_POLL_S if todo else None  # shares waiting: a restarted worker may join meanwhile
+        for s, i, error in _failures(pending, done, workers.timeout_s, poll_s):
             workers.on_failure(i, error)  # raises, drops or restarts worker i
             todo.append(s)
     return [done[s] for s in range(count)]
 
 
 def _failures(
-    pending: dict[ray.ObjectRef, tuple[int, int, float]], done: dict[int, Share], timeout_s: float
+    pending: dict[ray.ObjectRef, tuple[int, int, float]],
+    done: dict[int, Share],
+    timeout_s: float,
+    poll_s: float | None,
 ) -> list[tuple[int, int, BaseException]]:
-    """Waits for the first reply (or until the oldest call has waited ``timeout_s``), moves
-    the replies in hand from ``pending`` to ``done``, and returns the calls that failed:
-    ``(share, worker, error)`` for a dead worker's, and for those ``timeout_s`` old."""
+    """Waits for the first reply (or until the oldest call has waited ``timeout_s``, or at
+    most ``poll_s``), moves the replies in hand from ``pending`` to ``done``, and returns the
+    calls that failed: ``(share, worker, error)`` for a dead worker's, and for those ``timeout_s`` old."""
     oldest = min(sent for _, _, sent in pending.values())
-    ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, oldest + timeout_s - time.monotonic()))
+    wait_s = max(0.0, oldest + timeout_s - time.monotonic())
+    ready, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s if poll_s is None else min(wait_s, poll_s))
     failed: list[tuple[int, int, BaseException]] = []
     for reply in ready:
         s, i, _ = pending.pop(reply)
