@@ -45,6 +45,30 @@ class CrashAtStep(gymnasium.Wrapper):
         return self.env.step(action)
 
 
+HOLD_S = 3600.0
+"""How long :class:`HoldCall` holds its worker's call open: until the worker is killed, in any test."""
+
+
+class HoldCall(gymnasium.Wrapper):
+    """CartPole whose copy ``vector_index == 0`` on worker ``hold_worker``, first incarnation
+    only, stops at its ``hold_at_reset``-th reset: it writes the file ``marker`` and sleeps
+    (:data:`HOLD_S`), holding its worker's call open until the worker is killed or times out.
+    Every other copy, and every copy with ``hold_worker=-1``, is CartPole step for step."""
+
+    def __init__(self, context: EnvContext, hold_worker: int = -1, hold_at_reset: int = 1, marker: str = ""):
+        super().__init__(gymnasium.make("CartPole-v1"))
+        self._armed = context.worker_index == hold_worker and context.vector_index == 0 and context.incarnation == 0
+        self._at, self._marker, self._resets = hold_at_reset, marker, 0
+
+    def reset(self, **kwargs):
+        self._resets += 1
+        if self._armed and self._resets == self._at:
+            with open(self._marker, "w"):
+                pass
+            time.sleep(HOLD_S)
+        return self.env.reset(**kwargs)
+
+
 class WrongObservationShape(gymnasium.Wrapper):
     """CartPole that declares a 4-vector observation but returns a 3-vector after reset."""
 
@@ -202,6 +226,7 @@ register(
     CrashAtStep,
     "CartPole whose worker process exits (or hangs) at a chosen step; for fault tests",
 )
+register("test/HoldCall-v0", HoldCall, "CartPole holding one worker's call open at a chosen reset; for fault tests")
 register(
     "test/WrongObservationShape-v0",
     WrongObservationShape,

@@ -18,7 +18,8 @@ offset, and its ARS has no state normalization: its centered-rank fitness shapin
 the baseline.
 
 A folder of named parts: ``config``, ``core`` (the pure math), ``policy``, ``rollouts``
-(episodes on the device and in the Ray workers), ``program``.
+(episodes on the device and in the Ray workers), ``shares`` (a Ray-mode generation played by
+the live workers, a failed worker's share played again), ``program``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from jaxflow.algorithms.es.core import (
 )
 from jaxflow.algorithms.es.policy import SearchNetwork, search_policy
 from jaxflow.algorithms.es.program import SearchProgram, SearchState, update
-from jaxflow.algorithms.es.rollouts import SearchWorker, device_episode, population_returns
+from jaxflow.algorithms.es.rollouts import SearchSpec, SearchWorker, device_episode, member_seeds, population_returns
+from jaxflow.algorithms.es.shares import evaluate_shares
 
 __all__ = [
     "ARS",
@@ -46,12 +48,15 @@ __all__ = [
     "SearchConfig",
     "SearchNetwork",
     "SearchProgram",
+    "SearchSpec",
     "SearchState",
     "SearchWorker",
     "antithetic_gradient",
     "centered_ranks",
     "device_episode",
+    "evaluate_shares",
     "host_perturbations",
+    "member_seeds",
     "noise_table",
     "perturbations",
     "population_returns",

@@ -25,8 +25,9 @@ MIN_NOISE_TABLE = 1000
 @dataclasses.dataclass(frozen=True)
 class SearchConfig(CommonConfig):
     """What ES and ARS share (plus :class:`~jaxflow.config.CommonConfig`; of its rollout fields
-    ``num_workers``, ``num_cpus_per_worker``, ``worker_timeout_s``, ``normalize_observations``
-    and ``normalize_clip`` apply; ``gamma`` and the device group's ``num_envs`` do not)."""
+    ``num_workers``, the workers' resources and placement, ``worker_timeout_s``,
+    ``on_worker_failure``, ``normalize_observations`` and ``normalize_clip`` apply; ``gamma``
+    and the device group's ``num_envs`` do not)."""
 
     population_size: int = param(256, POSITIVE)
     """Episodes per generation: ``population_size / 2`` perturbations, each played as

@@ -6,7 +6,10 @@ direction (:meth:`~jaxflow.algorithms.es.config.SearchConfig.search_direction`).
 compiles ``iterations_per_call`` generations into one call, the population a ``vmap`` axis
 split over the local devices. Ray mode puts the table into the object store once; each
 generation the driver sends ``theta`` (one object-store copy) and a share of the offsets to
-every :class:`~jaxflow.algorithms.es.rollouts.SearchWorker`, which answers with returns.
+every :class:`~jaxflow.algorithms.es.rollouts.SearchWorker`, which answers with returns. The
+workers are a :class:`~jaxflow.rollout.worker_set.WorkerSet`: a dead or silent one raises,
+is dropped or is restarted as ``on_worker_failure`` says, and its share is played again by
+a live one, to the same returns (:mod:`~jaxflow.algorithms.es.shares`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from jaxflow import AlgorithmSpec, ReportMetrics, from_iterator
 from jaxflow import envs as jf_envs
 from jaxflow.algorithms.es.config import SearchConfig
 from jaxflow.algorithms.es.core import noise_table, perturbations, sample_offsets
-from jaxflow.algorithms.es.rollouts import SearchWorker, greedy_actor, merge_all, population_returns
+from jaxflow.algorithms.es.rollouts import SearchSpec, SearchWorker, greedy_actor, merge_all, population_returns
+from jaxflow.algorithms.es.shares import evaluate_shares
 from jaxflow.api.ray_program import init_ray
 from jaxflow.api.spaces import env_spaces
 from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
@@ -34,7 +38,7 @@ from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.ops.metrics import Context
 from jaxflow.rollout.evaluation import evaluate_policy
 from jaxflow.rollout.normalize import Moments, Normalizer, moments_init, moments_merge
-from jaxflow.rollout.worker_set import jax_actor, worker_placement
+from jaxflow.rollout.worker_set import WorkerSet
 
 Array = jax.Array
 POPULATION_AXIS = "population"
@@ -136,7 +140,7 @@ class SearchProgram:
         self._table = jax.device_put(self.table)
         self.context = Context(num_episodes=config.metrics_num_episodes)
         self.files = None  # everything is in the state
-        self.workers: list[Any] = []
+        self.workers: WorkerSet | None = None  # Ray mode's
         self._results: LocalIterator[dict[str, Any]] | None = None
         self._offsets = jax.jit(functools.partial(self._sample_offsets))
         # The table is an argument of the compiled calls: closed over, its 40 MB would be
@@ -144,9 +148,10 @@ class SearchProgram:
         self._update = jax.jit(self._host_update)
         if self.mode == "ray":
             init_ray()
-            table_ref = ray.put(self.table)  # once per node in the object store; workers read it in place
-            actor = jax_actor(SearchWorker, **worker_placement(config.rollout).options())
-            self.workers = [actor.remote(config, self.policy, table_ref, i) for i in range(config.rollout.num_workers)]
+            # The table goes into the object store once (one copy per node, read there in place),
+            # theta with every generation; a restarted worker reads the same table.
+            built = SearchSpec(config, self.policy, ray.put(self.table))
+            self.workers = WorkerSet(built, np.asarray(theta), 0, worker_cls=SearchWorker)
         else:
             self._run = jax.jit(self._generations, donate_argnums=0)
 
@@ -181,14 +186,13 @@ class SearchProgram:
         return update(self.config, self._optimizer, state, noise, returns, moments)
 
     def ray_generation(self) -> dict[str, np.ndarray]:
-        """Ray mode: one generation, its offsets shared out to the workers and their returns gathered."""
+        """Ray mode: one generation, its offsets shared out to the workers and their returns
+        gathered (a failed worker's share played again: :mod:`~jaxflow.algorithms.es.shares`)."""
         offsets = np.asarray(self._offsets(self.state.key, self.state.generation))
-        theta = ray.put(np.asarray(self.state.theta))
-        norm = self._norm(jax.device_get(self.state.obs))
         generation = int(self.state.generation)
-        shares = np.split(offsets, len(self.workers))
-        calls = [w.evaluate.remote(theta, s, generation, norm) for w, s in zip(self.workers, shares)]
-        outs = ray.get(calls, timeout=self.config.rollout.worker_timeout_s)
+        assert self.workers is not None  # Ray mode
+        self.workers.sync_weights(np.asarray(self.state.theta), generation)
+        outs = evaluate_shares(self.workers, offsets, generation, self._norm(jax.device_get(self.state.obs)))
         returns = np.concatenate([o["returns_pos"] for o in outs] + [o["returns_neg"] for o in outs])
         n = len(offsets) // len(outs)
         lengths = np.concatenate([o["lengths"][:n] for o in outs] + [o["lengths"][n:] for o in outs])
@@ -218,7 +222,7 @@ class SearchProgram:
 
         per_item = 1 if self.mode == "ray" else self.config.device.iterations_per_call
         source = from_iterator(gen, self.context, type(self.config).__name__)
-        return ReportMetrics(source, None, self.config.min_env_steps_per_iteration, per_item)
+        return ReportMetrics(source, self.workers, self.config.min_env_steps_per_iteration, per_item)
 
     def get_state(self) -> SearchState:
         return jax.device_get(self.state)
@@ -246,9 +250,9 @@ class SearchProgram:
 
     def stop(self) -> None:
         """Kills the Ray workers (Ray mode)."""
-        for w in self.workers:
-            ray.kill(w)
-        self.workers = []
+        if self.workers is not None:
+            self.workers.stop()
+            self.workers = None
 
 
 def record(ctx: Context, out: dict[str, np.ndarray]) -> None:

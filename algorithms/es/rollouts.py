@@ -13,10 +13,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import ray
 from jax.flatten_util import ravel_pytree
 
 from jaxflow import envs
 from jaxflow.algorithms.es.core import host_perturbations
+from jaxflow.dataflow import placement
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.normalize import Moments, moments_merge, moments_of, normalize_observations
 
@@ -101,34 +103,82 @@ def population_returns(
     return ep.ret, ep.length, Moments(count, mean, m2)
 
 
+class SearchSpec(NamedTuple):
+    """What a :class:`SearchWorker` is built from (the ``spec`` of its
+    :class:`~jaxflow.rollout.worker_set.WorkerSet`)."""
+
+    config: Any
+    policy: Policy
+    table: Any
+    """The noise table, or in a Ray run its reference in the object store (one copy per node)."""
+
+
+def member_seeds(seed: int, generation: int, first: int, pairs: int) -> np.ndarray:
+    """The env seeds of the ``+`` members of pairs ``first .. first + pairs - 1`` of a
+    generation's population, then of their ``-`` members: from the pairs' places in the
+    population, so a share's episodes are the same whichever worker plays them.
+
+    Example:
+        >>> a = member_seeds(0, 3, 0, 4)
+        >>> b = member_seeds(0, 3, 2, 2)  # pairs 2 and 3 alone
+        >>> bool((a.reshape(2, 4)[:, 2:] == b.reshape(2, 2)).all())
+        True
+    """
+    both = [np.random.SeedSequence([seed, generation, first + j]).generate_state(2) for j in range(pairs)]
+    return np.asarray(both, np.uint32).T.reshape(-1)
+
+
 class SearchWorker:
     """A Ray actor that plays perturbations of ``theta`` named by noise-table offsets: the
     table arrives once (a reference to the object store's one copy per node), each
-    generation only ``theta``, the offsets and the observation statistics.
+    generation only ``theta`` (:meth:`set_weights`), the offsets and the observation statistics.
+    Built and restarted by a :class:`~jaxflow.rollout.worker_set.WorkerSet`, as rollout workers are.
 
     Example:
-        >>> w = jax_actor(SearchWorker).remote(config, policy, ray.put(table), 0)  # doctest: +SKIP
-        >>> ray.get(w.evaluate.remote(theta, np.array([5, 17]), 0, None))["returns_pos"]  # doctest: +SKIP
+        >>> spec = SearchSpec(config, policy, ray.put(table))                    # doctest: +SKIP
+        >>> w = jax_actor(SearchWorker).remote(spec, 0)                           # doctest: +SKIP
+        >>> w.set_weights.remote(theta, 0)                                        # doctest: +SKIP
+        >>> ray.get(w.evaluate.remote(np.array([5, 17]), 0, 0, None))["returns_pos"]  # doctest: +SKIP
     """
 
-    def __init__(self, config: Any, policy: Policy, table: np.ndarray, index: int):
-        self.config, self.index, self.table = config, index, table
-        flat, unravel = ravel_pytree(policy.init(jax.random.PRNGKey(0)))
+    def __init__(self, spec: SearchSpec, index: int, incarnation: int = 0, env_entry: Any = None):
+        if env_entry is not None:  # an id registered in the driver only
+            envs.adopt(env_entry)
+        self.config, self.index, self.incarnation = spec.config, index, incarnation
+        self.table = ray.get(spec.table) if isinstance(spec.table, ray.ObjectRef) else spec.table
+        flat, unravel = ravel_pytree(spec.policy.init(jax.random.PRNGKey(0)))
         self.dim = flat.size
-        self._act = jax.jit(jax.vmap(lambda f, o: greedy_actor(policy, unravel)(f, o[None])[0]))
+        self._act = jax.jit(jax.vmap(lambda f, o: greedy_actor(spec.policy, unravel)(f, o[None])[0]))
         self._envs: list[Any] = []
+        self._theta, self._generation = np.zeros(0, np.float32), -1
+
+    def ping(self) -> int:
+        return self.index
+
+    def node_id(self) -> str:
+        """The Ray node this worker runs on."""
+        return placement.node_id()
+
+    def set_weights(self, theta: np.ndarray, generation: int) -> None:
+        """The search distribution's mean of generation ``generation``."""
+        self._theta, self._generation = np.asarray(theta), generation
 
     def noise(self, offsets: np.ndarray) -> np.ndarray:
         """The perturbations ``offsets`` name, read from this worker's table."""
         return host_perturbations(self.table, offsets, self.dim)
 
-    def evaluate(self, theta: np.ndarray, offsets: np.ndarray, generation: int, norm: Moments | None) -> dict[str, Any]:
-        """``theta + sigma eps_i`` and ``theta - sigma eps_i`` for each offset: one episode each;
-        ``seconds`` is the time this took here (the workers' raw rate, apart from the driver's)."""
+    def evaluate(self, offsets: np.ndarray, first: int, generation: int, norm: Moments | None) -> dict[str, Any]:
+        """``theta + sigma eps_i`` and ``theta - sigma eps_i`` for each offset, pairs ``first``
+        onwards of generation ``generation``'s population: one episode each; ``seconds`` is the
+        time this took here (the workers' raw rate, apart from the driver's)."""
+        if generation != self._generation:  # set_weights comes first, by the same caller
+            raise ValueError(
+                f"SearchWorker {self.index} holds theta of generation {self._generation}, not {generation}"
+            )
         start = time.perf_counter()
         eps = self.noise(offsets) * self.config.noise_std
-        thetas = np.concatenate([theta + eps, theta - eps])
-        seeds = np.random.SeedSequence([self.config.seed, generation, self.index]).generate_state(len(thetas))
+        thetas = np.concatenate([self._theta + eps, self._theta - eps])
+        seeds = member_seeds(self.config.seed, generation, first, len(offsets))
         returns, lengths, moments = self._episodes(thetas, seeds, norm)
         n = len(offsets)
         return {
@@ -144,8 +194,9 @@ class SearchWorker:
         self, thetas: np.ndarray, seeds: np.ndarray, norm: Moments | None
     ) -> tuple[np.ndarray, np.ndarray, Moments]:
         m, clip = len(thetas), self.config.rollout.normalize_clip
-        while len(self._envs) < m:
-            self._envs.append(envs.make_cpu(self.config.env, **self.config.env_config))
+        while len(self._envs) < m:  # the context lets a test env misbehave in one worker only
+            context = envs.EnvContext(self.index, len(self._envs), self.incarnation)
+            self._envs.append(envs.make_cpu(self.config.env, context, **self.config.env_config))
         params = jax.device_put(thetas.astype(np.float32))  # on the device once, not every step
         obs = np.stack([np.asarray(e.reset(seed=int(s))[0], np.float32) for e, s in zip(self._envs, seeds)])
         alive, returns, lengths, seen = np.ones(m, bool), np.zeros(m), np.zeros(m, np.int64), []

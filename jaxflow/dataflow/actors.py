@@ -52,6 +52,16 @@ class WorkerError(RuntimeError):
     """An exception raised by code running inside an actor, with the actor named."""
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (Ray's actor errors run over many).
+
+    Example:
+        >>> first_line(RuntimeError("The actor died.\\n\\tclass_name: SearchWorker"))
+        'The actor died.'
+    """
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 class ParallelIterator(Generic[T]):
     """One stream per actor; items are produced on the actors and gathered lazily.
 

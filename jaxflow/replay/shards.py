@@ -15,7 +15,7 @@ import numpy as np
 import ray
 
 from jaxflow.config.constants import MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
-from jaxflow.dataflow.actors import jax_actor
+from jaxflow.dataflow.actors import first_line, jax_actor
 from jaxflow.dataflow.placement import Placement, lost_with_its_node, wait_placed
 from jaxflow.replay.saved import RECORD_KEY, check_fits, read_bytes, shard_path, summary, write_atomic
 from jaxflow.replay.shard import ReplayShard, ReplayShardError
@@ -268,8 +268,3 @@ class ReplayShards:
                 ray.kill(actor)
             # Cleared in place, so that views made by sampling() see the shards gone too.
             self.actors.clear()
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of ``error``'s message (Ray's actor errors run over many)."""
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]

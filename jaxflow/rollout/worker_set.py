@@ -16,7 +16,7 @@ from jaxflow import envs
 from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.groups import RolloutConfig
-from jaxflow.dataflow.actors import Done, jax_actor
+from jaxflow.dataflow.actors import Done, first_line, jax_actor
 from jaxflow.dataflow.placement import Placement, check_placeable, driver_node_id, lost_with_its_node
 from jaxflow.rollout.normalize import Normalizer, normalizer_merge
 from jaxflow.rollout.worker import RolloutWorker
@@ -210,7 +210,7 @@ class WorkerSet:
         mode = self.config.rollout.on_worker_failure
         if mode == "raise":
             raise WorkerCrashedError(
-                f"rollout worker {index} died or stopped answering: {type(error).__name__}: {error}. "
+                f"rollout worker {index} died or stopped answering: {type(error).__name__}: {first_line(error)}. "
                 "Set on_worker_failure='restart' to recreate it or 'ignore' to continue without it."
             ) from error
         with self._lock:
@@ -220,10 +220,12 @@ class WorkerSet:
         if not isinstance(old, _InDriver):
             ray.kill(old, no_restart=True)
         if mode == "ignore":
-            log.warning("rollout worker %d failed (%s); continuing with %d workers", index, error, len(self._slots))
+            log.warning(
+                "rollout worker %d failed (%s); continuing with %d workers", index, first_line(error), len(self._slots)
+            )
             return
         self._start(index, time.monotonic())
-        log.warning("rollout worker %d failed (%s); restarting it", index, error)
+        log.warning("rollout worker %d failed (%s); restarting it", index, first_line(error))
 
     def _start(self, index: int, since: float, attempt: int = 1) -> None:
         # The others go on sampling while it starts (a new process importing JAX): see live().

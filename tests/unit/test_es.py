@@ -14,6 +14,7 @@ from jaxflow import Algorithm, ConfigError, make_config
 from jaxflow.algorithms.es import (
     ARSConfig,
     ESConfig,
+    SearchSpec,
     SearchWorker,
     antithetic_gradient,
     centered_ranks,
@@ -129,8 +130,9 @@ def test_ray_workers_episodes_of_an_env_without_an_end_are_cut_at_max_episode_le
     spec = get_algorithm("ES")
     config = make_config(spec.config_cls, **dict(TINY, env="test/Endless-v0", mode="ray", max_episode_length=CUT))
     policy = spec.policy(config, *env_spaces(config, spec))
-    worker = SearchWorker(config, policy, np.asarray(noise_table(SMALL_TABLE)), 0)
-    out = worker.evaluate(np.zeros(worker.dim, np.float32), np.array([0, 7]), 0, None)
+    worker = SearchWorker(SearchSpec(config, policy, np.asarray(noise_table(SMALL_TABLE))), 0)
+    worker.set_weights(np.zeros(worker.dim, np.float32), 0)
+    out = worker.evaluate(np.array([0, 7]), 0, 0, None)
     assert out["returns_pos"].tolist() == out["returns_neg"].tolist() == [CUT, CUT]
     assert out["lengths"].tolist() == [CUT] * 4 and out["moments"].count == 4 * CUT
 
