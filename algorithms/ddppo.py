@@ -5,9 +5,11 @@ No central learner: each of the ``num_workers`` members is a rollout worker and 
 of one JAX multi-process runtime (:mod:`jaxflow.dataflow.jax_process`). Every iteration
 each member samples its share of the batch, computes GAE and standardizes its advantages
 on its own samples, and runs PPO's update (PPO's loss, epochs and minibatches) on a mesh of
-all members' devices: its rows stay in its process, the gradients are all-reduced across
-members (gloo on the CPU), and every member ends with the same parameters, which its own
-worker acts with next. The driver sends nothing but "step" and gets back metrics and
+all members' devices, and every member ends with the same parameters, which its own worker
+acts with next. On accelerators its rows stay in its process and only the gradients are
+all-reduced across members; on CPUs, where gloo reduces each array in a round trip of its
+own, the batch is gathered onto every member once per update and each computes every
+minibatch (``jaxflow.learn.sgd.default_shuffle_devices``). The driver sends nothing but "step" and gets back metrics and
 episode statistics; weights leave the members only for checkpoints and evaluation. A
 member's failure ends the run (the runtime cannot shrink); resume it from a checkpoint.
 """
