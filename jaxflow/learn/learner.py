@@ -40,6 +40,7 @@ from jaxflow.learn.sgd import (
     shuffle_minibatches,
     summarize_metrics,
     target_fraction,
+    update_and_move_target,
 )
 from jaxflow.learn.thread import LearnerThread
 from jaxflow.rollout.batch import train_arrays
@@ -58,22 +59,6 @@ def check_nonfinite(fraction: float, on_nonfinite: str, where: str) -> None:
             f"update ending at {where}; those steps left the parameters unchanged and the run stops "
             "(on_nonfinite='skip' skips such steps and goes on)."
         )
-
-
-def update_and_move_target(
-    loss_fn: AnyLoss,
-    optimizer: optax.GradientTransformation,
-    num_epochs: int,
-    minibatch_size: int | None,
-    state: TrainState,
-    batch: Mapping[str, jax.Array],
-    fraction: jax.Array,
-    num_devices: int = 1,
-) -> tuple[TrainState, dict[str, jax.Array]]:
-    """:func:`~jaxflow.learn.sgd.sgd_update`, then :func:`~jaxflow.learn.sgd.move_target` by
-    ``fraction``: one compiled call where a target update falls due with the update."""
-    state, metrics = sgd_update(loss_fn, optimizer, num_epochs, minibatch_size, state, batch, num_devices)
-    return move_target(state, fraction), metrics
 
 
 class Learner:

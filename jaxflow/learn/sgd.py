@@ -237,3 +237,19 @@ def copy_to_target(state: TrainState) -> TrainState:
     """Sets the target network to the current parameters (Mnih et al., 2015, "Human-level
     control through deep reinforcement learning": the target is refreshed every C steps)."""
     return state._replace(target_params=jax.tree_util.tree_map(jnp.copy, state.params))
+
+
+def update_and_move_target(
+    loss_fn: AnyLoss,
+    optimizer: optax.GradientTransformation,
+    num_epochs: int,
+    minibatch_size: int | None,
+    state: TrainState,
+    batch: Mapping[str, jax.Array],
+    fraction: jax.Array,
+    num_devices: int = 1,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """:func:`sgd_update`, then :func:`move_target` by
+    ``fraction``: one compiled call where a target update falls due with the update."""
+    state, metrics = sgd_update(loss_fn, optimizer, num_epochs, minibatch_size, state, batch, num_devices)
+    return move_target(state, fraction), metrics
