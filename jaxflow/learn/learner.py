@@ -40,7 +40,6 @@ from jaxflow.learn.sgd import (
     shuffle_minibatches,
     summarize_metrics,
     target_fraction,
-    update_and_move_target,
 )
 from jaxflow.learn.thread import LearnerThread
 from jaxflow.rollout.batch import train_arrays
@@ -119,18 +118,6 @@ class Learner:
             functools.partial(apply_gradients, optimizer), donate_argnums=0, out_shardings=self._replicated
         )
         self._move_target = jax.jit(move_target, donate_argnums=0, out_shardings=self._replicated)
-        self._update_and_move = jax.jit(
-            functools.partial(
-                update_and_move_target,
-                loss_fn,
-                optimizer,
-                num_epochs,
-                minibatch_size,
-                num_devices=self._shuffle_devices,
-            ),
-            donate_argnums=0,
-            out_shardings=(self._replicated, self._replicated),
-        )
         self._target_rule: tuple[int, float] | None = None
         self._target_moved_at = 0
         self.target_updates = 0
@@ -184,9 +171,8 @@ class Learner:
         if self._loop is None:
             self._loop = "host" if self._convolutional_on_cpu(state, device_batch, mb) else "scan"
         if self._loop == "scan":
-            if fraction is None:
-                return self._update(state, device_batch)
-            return self._update_and_move(state, device_batch, np.float32(fraction))
+            move_by = None if fraction is None else np.float32(fraction)
+            return self._update(state, device_batch, move_by=move_by)
         rng, idx = self._shuffle(state.rng, n, self._num_epochs, mb, shards)
         state, steps = state._replace(rng=rng), []
         for row in np.asarray(idx):

@@ -198,10 +198,13 @@ def sgd_update(
     state: TrainState,
     batch: Mapping[str, jax.Array],
     num_devices: int = 1,
+    move_by: jax.Array | None = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """``num_epochs`` passes of minibatch SGD over ``batch`` (see :func:`minibatch_indices`;
     minibatches in blocks by :func:`shard_blocks` for a batch sharded over ``num_devices``)
-    as one ``lax.scan``; metrics as :func:`summarize_metrics` makes them."""
+    as one ``lax.scan``; metrics as :func:`summarize_metrics` makes them. With ``move_by``,
+    then :func:`move_target` by that fraction: one compiled call where a target update
+    falls due with the update."""
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     chex.assert_tree_shape_prefix(batch, (n,))
     mb = _check_minibatch(n, minibatch_size)
@@ -209,6 +212,8 @@ def sgd_update(
     rng, idx = shuffle_minibatches(state.rng, n, num_epochs, mb, shards)
     step = functools.partial(minibatch_step, loss_fn, optimizer, batch, num_shards=shards)
     state, metrics = jax.lax.scan(step, state._replace(rng=rng), idx)
+    if move_by is not None:
+        state = move_target(state, move_by)
     return state, summarize_metrics(metrics, num_epochs)
 
 
@@ -237,19 +242,3 @@ def copy_to_target(state: TrainState) -> TrainState:
     """Sets the target network to the current parameters (Mnih et al., 2015, "Human-level
     control through deep reinforcement learning": the target is refreshed every C steps)."""
     return state._replace(target_params=jax.tree_util.tree_map(jnp.copy, state.params))
-
-
-def update_and_move_target(
-    loss_fn: AnyLoss,
-    optimizer: optax.GradientTransformation,
-    num_epochs: int,
-    minibatch_size: int | None,
-    state: TrainState,
-    batch: Mapping[str, jax.Array],
-    fraction: jax.Array,
-    num_devices: int = 1,
-) -> tuple[TrainState, dict[str, jax.Array]]:
-    """:func:`sgd_update`, then :func:`move_target` by
-    ``fraction``: one compiled call where a target update falls due with the update."""
-    state, metrics = sgd_update(loss_fn, optimizer, num_epochs, minibatch_size, state, batch, num_devices)
-    return move_target(state, fraction), metrics
