@@ -23,11 +23,12 @@ def test_r2d2_greedy_policy_reaches_400_on_stateless_cartpole_within_100k_steps(
     assert result["episode_return_mean"] < result["evaluation"]["episode_return_mean"]  # the envs explore
 
 
-def test_r2d2_in_ray_mode_greedy_policy_reaches_400_on_stateless_cartpole_within_100k_steps(ray_local):
+def test_r2d2_in_ray_mode_greedy_policy_reaches_400_on_stateless_cartpole_within_120k_steps(ray_local):
     """Two actors (epsilons 0.4 and 0.4^4) on one sequence shard, judged greedily by the
-    evaluator actor while training goes on (10 episodes, as Ape-X's test): 400 within 100k env
-    steps. Seeds 0, 1, 2 stopped at 60k, 65k and 51k here; the rate limiter holds the learner
-    to ``samples_per_insert`` (2 replayed sequences of 16 trained steps per env step)."""
+    evaluator actor while training goes on (10 episodes, as Ape-X's test): 400 within 120k env
+    steps. The run is asynchronous: seeds 0, 1, 2 stopped at 42k, 32k and 66k here (seed 2 at
+    51k in another run); the rate limiter holds the learner to ``samples_per_insert`` (2
+    replayed sequences of 16 trained steps per env step)."""
     algo, stop = tuned.build("r2d2-stateless-cartpole-ray")
     try:
         result = train(algo, stop, verbose=False)
