@@ -34,14 +34,27 @@ def to_gymnasium_space(space: Any) -> gymnasium.Space:
     raise TypeError(f"gymnax space {space!r} has no gymnasium equivalent here")
 
 
+def _reset_env(env: Any, key: jax.Array, params: Any) -> tuple[jax.Array, jax.Array, Any]:
+    """The next key and a new episode's observation and state, in one compiled call."""
+    key, sub = jax.random.split(key)
+    return (key, *env.reset_env(sub, params))
+
+
+def _step_env(env: Any, key: jax.Array, state: Any, action: Any, params: Any) -> tuple[Any, ...]:
+    """The next key, ``step_env``'s observation, state, reward and termination, and the
+    time limit read on the new state (``is_truncated``), in one compiled call: split, step and
+    limit as separate dispatches took most of a CartPole step's time on the host (0.55 ms)."""
+    key, sub = jax.random.split(key)
+    obs, state, reward, terminated, _ = env.step_env(sub, state, action, params)
+    return key, obs, state, reward, terminated, env.is_truncated(state, params)
+
+
 @functools.cache
 def _host_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``reset_env`` and ``step_env`` compiled for the CPU, the env a static argument: copies
-    sharing one env object (a worker's brax copies, see ``make_brax``) compile them once."""
+    """:func:`_reset_env` and :func:`_step_env` compiled for the CPU, the env a static argument:
+    copies sharing one env object (a worker's brax copies, see ``make_brax``) compile them once."""
     cpu = jax.devices("cpu")[0]
-    reset = jax.jit(lambda env, key, params: env.reset_env(key, params), static_argnums=0, device=cpu)
-    step = jax.jit(lambda env, *args: env.step_env(*args), static_argnums=0, device=cpu)
-    return reset, step
+    return jax.jit(_reset_env, static_argnums=0, device=cpu), jax.jit(_step_env, static_argnums=0, device=cpu)
 
 
 class GymnaxCPUEnv(gymnasium.Env):
@@ -60,13 +73,11 @@ class GymnaxCPUEnv(gymnasium.Env):
         del options
         if seed is not None:
             self._key = jax.random.PRNGKey(seed)
-        self._key, sub = jax.random.split(self._key)
-        obs, self._state = self._reset(self._env, sub, self._params)
+        self._key, obs, self._state = self._reset(self._env, self._key, self._params)
         return np.asarray(obs, np.float32), {}
 
     def step(self, action):
-        self._key, sub = jax.random.split(self._key)
-        obs, self._state, reward, terminated, _ = self._step(self._env, sub, self._state, action, self._params)
+        self._key, obs, self._state, *outcome = self._step(self._env, self._key, self._state, action, self._params)
+        reward, terminated, truncated = jax.device_get(outcome)
         terminated = bool(terminated)
-        truncated = not terminated and bool(self._env.is_truncated(self._state, self._params))
-        return np.asarray(obs, np.float32), float(reward), terminated, truncated, {}
+        return np.asarray(obs, np.float32), float(reward), terminated, not terminated and bool(truncated), {}

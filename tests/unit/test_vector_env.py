@@ -176,3 +176,29 @@ def test_step_async_then_step_wait_is_step_and_misuse_is_refused():
     split.step_async(np.zeros(2, np.int64))
     with pytest.raises(RuntimeError, match="step_async\\(\\) called twice"):
         split.step_async(np.zeros(2, np.int64))
+
+
+def test_a_jax_env_on_the_host_steps_as_gymnax_does_with_the_same_keys():
+    """``GymnaxCPUEnv`` (a JAX env behind gymnasium, what Ray workers and evaluation step) splits
+    its key, steps and reads the time limit in one compiled call: its observations, rewards and
+    episode ends are gymnax's own ``reset_env``/``step_env``/``is_truncated`` with that key chain,
+    through a truncation at a (shortened) time limit."""
+    import jax
+
+    env = envs.make_cpu("gymnax/Acrobot-v1", envs.EnvContext(seed=0))
+    gymnax_env, params = env._env, env._params.replace(max_steps_in_episode=7)
+    env._params = params
+    key = jax.random.PRNGKey(5)
+    key, sub = jax.random.split(key)
+    expected, state = gymnax_env.reset_env(sub, params)
+    np.testing.assert_array_equal(env.reset(seed=5)[0], np.asarray(expected, np.float32))
+    ends = []
+    for t, action in enumerate([0, 2, 1, 2, 0, 0, 1]):
+        key, sub = jax.random.split(key)
+        expected, state, reward, terminated, _ = gymnax_env.step_env(sub, state, action, params)
+        obs, r, te, tr, _ = env.step(action)
+        np.testing.assert_allclose(obs, np.asarray(expected, np.float32), rtol=1e-5)  # compiled vs eager: roundoff
+        assert (r, te, tr) == (float(reward), bool(terminated), bool(gymnax_env.is_truncated(state, params)))
+        if te or tr:
+            ends.append((t, te, tr))
+    assert ends == [(6, False, True)]  # Acrobot does not swing up in 7 steps: the limit ends it
