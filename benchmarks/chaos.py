@@ -6,7 +6,8 @@ The chaos run kills a random rollout worker or replay shard with ``ray.kill`` ev
 it checkpoints, stops the algorithm and continues from ``Algorithm.restore``. Both runs use
 ``on_worker_failure="restart"`` and write a checkpoint every ``--checkpoint-every`` seconds
 (which a killed shard reloads). The fault-free run is not interrupted: a stop and a restore
-(new worker processes, a recompiled learner) is one of the faults whose cost the throughput
+(new worker processes, a learner built again; what they compile comes from jaxflow's XLA
+cache where the run compiled it before) is one of the faults whose cost the throughput
 ratio is meant to show, while periodic checkpoints are part of any long run, so both pay them.
 
 Reported per algorithm (medians over ``--repeats``): env steps/s of each run and their ratio

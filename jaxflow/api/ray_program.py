@@ -19,6 +19,7 @@ from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.constants import THREAD_JOIN_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow import xla_cache
 from jaxflow.dataflow.actors import jax_actor, ship_by_value
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.dataflow.placement import Placement, beside_driver
@@ -57,6 +58,7 @@ class RayProgram:
         self.config, self.spec = config, spec
         if spec.plan is None:
             raise ConfigError(f"{spec.name} has no plan: it runs as its own program.")
+        xla_cache.use_in_this_process()  # a restored run's learner loads what this or an earlier run compiled
         self.policy, make_learner = learner_factory(config, spec)
         self.learner: Learner | LearnerGroup
         if config.num_learners == 1:
@@ -76,8 +78,10 @@ class RayProgram:
         warm_up = self._start_warm_up(worker_spec)
         if needs_ray(config, spec):
             init_ray()
-        self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
+        # Replay shards first: their processes start up while the workers' do, which the
+        # WorkerSet waits for (on a restore, each side's new processes import JAX and compile).
         self.replay = spec.run.replay(config) if spec.run.replay else None
+        self.workers = WorkerSet(worker_spec, self.learner.get_weights(), self.learner.version)
         self.files: CheckpointFiles | None = self.replay  # replay contents go with every checkpoint
         if warm_up is not None:
             warm_up.result()

@@ -14,6 +14,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
+from jaxflow.dataflow import xla_cache
 from jaxflow.dataflow.context import FlowContext
 from jaxflow.dataflow.iterators import LocalIterator, _name, _Shared
 
@@ -225,13 +226,14 @@ def jax_actor(cls: type, num_gpus: float = 0.0, env_vars: dict[str, str] | None 
     otherwise claims the GPU in every actor, or fails there ("no supported devices found for
     platform CUDA"). A GPU actor allocates GPU memory as it needs it rather than JAX's
     default 75% of the GPU, since actors share a GPU with each other and with the learner.
-    ``env_vars`` are set in its process too.
+    ``env_vars`` are set in its process too, after the settings that share the driver's XLA
+    compilation cache (:mod:`jaxflow.dataflow.xla_cache`).
 
     Example:
         >>> worker = jax_actor(RolloutWorker, num_cpus=1).remote(spec, 0)  # doctest: +SKIP
     """
     platform = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if num_gpus > 0 else {"JAX_PLATFORMS": "cpu"}
-    runtime_env = {"env_vars": {**platform, **(env_vars or {})}}
+    runtime_env = {"env_vars": {**platform, **xla_cache.actor_env(), **(env_vars or {})}}
     return ray.remote(cls).options(runtime_env=runtime_env, num_gpus=num_gpus, **options)
 
 
