@@ -9,10 +9,16 @@ over seeds: env steps/s after the first (compiling) call, the seconds and env st
 target after that call, and jaxflow / reference ratios measured in the same run. Then
 MinAtar Breakout's env steps/s in device mode.
 
+With ``--defaults``, one more row: jaxflow's PPO with no settings at all
+(``Algorithm.build("PPO", env="gymnax/CartPole-v1", seed=...)``) against the reference with
+PureJaxRL's own CartPole settings (``reference_ppo.PUREJAXRL_CARTPOLE``: 4 envs x 128 steps,
+4 epochs x 4 minibatches, lr 2.5e-4 annealed, entropy 0.01): what a new user of each gets.
+
 Both judge the target the same way: the mean return of the last 100 episodes.
 
     .venv/bin/python benchmarks/device_mode.py            # 3 seeds x envs 8/32/128
     .venv/bin/python benchmarks/device_mode.py --quick    # seed 0, 32 envs
+    .venv/bin/python benchmarks/device_mode.py --env-counts --defaults --minatar-calls 0   # defaults only
     .venv/bin/python benchmarks/device_mode.py --env-counts 2048 4096 --iterations-per-call 50   # on a GPU
 """
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import statistics
 import sys
@@ -64,23 +71,10 @@ def timed_run(step: Callable[[], tuple[int, float]], target: float, max_steps: i
 
 
 def jaxflow_run(
-    env_id: str,
-    num_envs: int,
-    seed: int,
-    k: int,
-    target: float,
-    max_steps: int,
-    min_calls: int,
-    minibatch_size: int = 256,
+    env_id: str, seed: int, target: float, max_steps: int, min_calls: int, **settings: Any
 ) -> dict[str, Any]:
-    algo = Algorithm.build(
-        "PPO",
-        env=env_id,
-        num_envs=num_envs,
-        seed=seed,
-        iterations_per_call=k,
-        minibatch_size=min(minibatch_size, num_envs * T),
-    )
+    """jaxflow's PPO on ``env_id`` with ``settings`` (none: every default)."""
+    algo = Algorithm.build("PPO", env=env_id, seed=seed, **settings)
 
     def step() -> tuple[int, float]:
         r = algo.train()
@@ -93,9 +87,19 @@ def jaxflow_run(
 
 
 def reference_run(
-    num_envs: int, seed: int, k: int, target: float, max_steps: int, min_calls: int, minibatch_size: int = 256
+    num_envs: int,
+    seed: int,
+    k: int,
+    target: float,
+    max_steps: int,
+    min_calls: int,
+    minibatch_size: int = 256,
+    num_steps: int = T,
+    settings: reference_ppo.Settings = reference_ppo.JAXFLOW_PPO,
 ) -> dict[str, Any]:
-    init_fn, train_fn = reference_ppo.make_train(num_envs, T, k, seed, min(minibatch_size, num_envs * T))
+    init_fn, train_fn = reference_ppo.make_train(
+        num_envs, num_steps, k, seed, min(minibatch_size, num_envs * num_steps), settings
+    )
     box = {"state": init_fn(), "steps": 0}
     window: collections.deque = collections.deque(maxlen=100)  # jaxflow's metrics_num_episodes
 
@@ -103,7 +107,7 @@ def reference_run(
         box["state"], metrics = train_fn(box["state"])
         returns = np.asarray(metrics["episode_returns"]).reshape(-1)
         window.extend(returns[~np.isnan(returns)].tolist())
-        box["steps"] += num_envs * T * k
+        box["steps"] += num_envs * num_steps * k
         return box["steps"], float(np.mean(window)) if window else float("nan")
 
     return timed_run(step, target, max_steps, min_calls)
@@ -120,9 +124,40 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+Runner = Callable[[int], dict[str, Any]]
+"""One run of a seed."""
+
+
+def compare(label: str, ours: Runner, ref: Runner, seeds: list[int]) -> dict[str, Any]:
+    """Both runners on every seed, taking turns (the first alternating by seed, so that a
+    drift in the machine's load favours neither); their medians."""
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "ref": []}
+    for seed in seeds:
+        for which in ("ours", "ref") if seed % 2 == 0 else ("ref", "ours"):
+            runs[which].append((ours if which == "ours" else ref)(seed))
+            r = runs[which][-1]
+            log(
+                f"{which:4s} {label} seed {seed}: {r['env_steps_per_s']:,.0f} steps/s, "
+                f"target after {fmt(r['seconds_to_target'], '.2f')} s / {r['env_steps_to_target']} steps"
+            )
+    return {"label": label, "jaxflow": summarize(runs["ours"]), "reference": summarize(runs["ref"])}
+
+
+def row_line(row: dict[str, Any], num_seeds: int) -> str:
+    j, r = row["jaxflow"], row["reference"]
+    return (
+        f"| {row['label']} | {j['env_steps_per_s']:,.0f} | {r['env_steps_per_s']:,.0f} "
+        f"| {fmt(ratio(j['env_steps_per_s'], r['env_steps_per_s']), '.2f')} "
+        f"| {fmt(j['seconds_to_target'], '.2f')} | {fmt(r['seconds_to_target'], '.2f')} "
+        f"| {fmt(ratio(j['seconds_to_target'], r['seconds_to_target']), '.2f')} "
+        f"| {fmt(j['env_steps_to_target'], ',.0f')} | {fmt(r['env_steps_to_target'], ',.0f')} "
+        f"| {j['reached']}/{r['reached']} of {num_seeds} |"
+    )
+
+
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env-counts", type=int, nargs="+", default=[8, 32, 128])
+    p.add_argument("--env-counts", type=int, nargs="*", default=[8, 32, 128])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--iterations-per-call", type=int, default=10)
     p.add_argument("--target", type=float, default=450.0)
@@ -134,55 +169,71 @@ def main() -> None:
         default=256,
         help="both PPOs' minibatch (capped at envs x steps); raise it with thousands of envs on an accelerator",
     )
+    p.add_argument("--defaults", action="store_true", help="add jaxflow's defaults against PureJaxRL's settings")
     p.add_argument("--minatar-envs", type=int, default=64)
-    p.add_argument("--minatar-calls", type=int, default=8)
+    p.add_argument("--minatar-calls", type=int, default=8, help="0: no MinAtar run")
     p.add_argument("--quick", action="store_true", help="seed 0, 32 envs, fewer MinAtar calls")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = p.parse_args()
     if args.quick:
-        args.seeds, args.env_counts, args.minatar_calls = [0], [32], 4
-    k = args.iterations_per_call
+        args.seeds, args.env_counts, args.minatar_calls = [0], [32], min(args.minatar_calls, 4)
+    return args
 
+
+def main() -> None:
+    args = parse_args()
+    k, cartpole = args.iterations_per_call, "gymnax/CartPole-v1"
     rows = []
     for n in args.env_counts:
-        ours, ref = [], []
-        for seed in args.seeds:
-            # Alternate which goes first, so drifting machine load favours neither.
-            order = [("ours", ours), ("ref", ref)] if seed % 2 == 0 else [("ref", ref), ("ours", ours)]
-            for which, runs in order:
-                if which == "ours":
-                    runs.append(
-                        jaxflow_run(
-                            "gymnax/CartPole-v1",
-                            n,
-                            seed,
-                            k,
-                            args.target,
-                            args.max_steps,
-                            args.min_calls,
-                            args.minibatch_size,
-                        )
-                    )
-                else:
-                    runs.append(
-                        reference_run(n, seed, k, args.target, args.max_steps, args.min_calls, args.minibatch_size)
-                    )
-                log(
-                    f"{which:4s} envs {n:5d} seed {seed}: {runs[-1]['env_steps_per_s']:,.0f} steps/s, "
-                    f"target after {fmt(runs[-1]['seconds_to_target'], '.2f')} s / {runs[-1]['env_steps_to_target']} steps"
-                )
-        rows.append({"num_envs": n, "jaxflow": summarize(ours), "reference": summarize(ref)})
+        mb = min(args.minibatch_size, n * T)
+        ours = functools.partial(
+            jaxflow_run,
+            cartpole,
+            target=args.target,
+            max_steps=args.max_steps,
+            min_calls=args.min_calls,
+            num_envs=n,
+            iterations_per_call=k,
+            minibatch_size=mb,
+        )
+        ref = functools.partial(
+            reference_run,
+            n,
+            k=k,
+            target=args.target,
+            max_steps=args.max_steps,
+            min_calls=args.min_calls,
+            minibatch_size=args.minibatch_size,
+        )
+        rows.append(compare(str(n), ours, ref, args.seeds))
+    if args.defaults:
+        purejaxrl = functools.partial(
+            reference_run,
+            4,
+            k=k,
+            target=args.target,
+            max_steps=args.max_steps,
+            min_calls=args.min_calls,
+            minibatch_size=128,
+            num_steps=128,
+            settings=reference_ppo.PUREJAXRL_CARTPOLE,
+        )
+        defaults = functools.partial(
+            jaxflow_run, cartpole, target=args.target, max_steps=args.max_steps, min_calls=args.min_calls
+        )
+        rows.append(compare("defaults", defaults, purejaxrl, args.seeds))
 
     minatar = []
-    for seed in args.seeds:
+    for seed in args.seeds if args.minatar_calls else []:
         run = jaxflow_run(
             "gymnax/Breakout-MinAtar",
-            args.minatar_envs,
             seed,
-            k,
             float("inf"),
             args.minatar_calls * args.minatar_envs * T * k,
             args.minatar_calls,
+            num_envs=args.minatar_envs,
+            iterations_per_call=k,
+            minibatch_size=args.minibatch_size,
         )
         minatar.append(run)
         log(f"MinAtar Breakout envs {args.minatar_envs} seed {seed}: {run['env_steps_per_s']:,.0f} steps/s")
@@ -190,29 +241,23 @@ def main() -> None:
     lines = [
         "# Device mode: PPO on gymnax CartPole-v1, jaxflow vs a hand-written jitted PPO",
         "",
-        f"{k} iterations per compiled call, {T} steps per iteration, minibatch {args.minibatch_size}, target {args.target:g}, "
-        f"medians over seeds {args.seeds}; times exclude the first (compiling) call.",
+        f"Rows by env count: the same settings in both ({k} iterations per compiled call, {T} steps per "
+        f"iteration, minibatch {args.minibatch_size}). Row `defaults`: jaxflow's PPO with no settings against "
+        "the reference with PureJaxRL's own CartPole settings. Target "
+        f"{args.target:g}, medians over seeds {args.seeds}; times exclude the first (compiling) call.",
         "",
         "| envs | jaxflow steps/s | reference steps/s | ratio | jaxflow s to target | reference s | ratio "
         "| jaxflow steps to target | reference steps | reached (j/r) |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for row in rows:
-        j, r = row["jaxflow"], row["reference"]
-        lines.append(
-            f"| {row['num_envs']} | {j['env_steps_per_s']:,.0f} | {r['env_steps_per_s']:,.0f} "
-            f"| {fmt(ratio(j['env_steps_per_s'], r['env_steps_per_s']), '.2f')} "
-            f"| {fmt(j['seconds_to_target'], '.2f')} | {fmt(r['seconds_to_target'], '.2f')} "
-            f"| {fmt(ratio(j['seconds_to_target'], r['seconds_to_target']), '.2f')} "
-            f"| {fmt(j['env_steps_to_target'], ',.0f')} | {fmt(r['env_steps_to_target'], ',.0f')} "
-            f"| {j['reached']}/{r['reached']} of {len(args.seeds)} |"
-        )
-    minatar_rate = median_of_measured([m["env_steps_per_s"] for m in minatar])
-    lines += [
-        "",
-        f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
-        f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds).",
-    ]
+    lines += [row_line(row, len(args.seeds)) for row in rows]
+    minatar_rate = median_of_measured([m["env_steps_per_s"] for m in minatar]) if minatar else None
+    if minatar:
+        lines += [
+            "",
+            f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
+            f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds).",
+        ]
     report = {
         "machine": machine_info(runtime=True),
         "args": vars(args),

@@ -12,6 +12,7 @@ equal work.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +24,28 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-GAMMA, GAE_LAMBDA, CLIP_EPS, VF_COEF, ENT_COEF = 0.99, 0.95, 0.2, 0.5, 0.0
-LR, MAX_GRAD_NORM, NUM_EPOCHS = 1e-3, 0.5, 8
+GAMMA, GAE_LAMBDA, CLIP_EPS, VF_COEF = 0.99, 0.95, 0.2, 0.5
+MAX_GRAD_NORM = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What differs between jaxflow's PPO defaults (the default here) and other settings."""
+
+    lr: float = 1e-3
+    anneal_updates: int | None = None
+    """Iterations over which the learning rate falls linearly to 0, stepping once per
+    iteration as PureJaxRL's ``linear_schedule`` does (None: constant)."""
+    num_epochs: int = 8
+    ent_coef: float = 0.0
+
+
+JAXFLOW_PPO = Settings()
+"""jaxflow's PPO defaults, which the reference runs unless told otherwise."""
+PUREJAXRL_CARTPOLE = Settings(lr=2.5e-4, anneal_updates=500_000 // (4 * 128), num_epochs=4, ent_coef=0.01)
+"""PureJaxRL's own CartPole-v1 settings (``purejaxrl/ppo.py``'s config: 4 envs x 128 steps,
+4 epochs x 4 minibatches, lr 2.5e-4 annealed over 5e5 env steps, entropy 0.01), to be run with
+``make_train(num_envs=4, num_steps=128, minibatch_size=128)``."""
 
 
 class ActorCritic(nn.Module):
@@ -61,19 +82,29 @@ def gae(
 
 
 def make_train(
-    num_envs: int = 32, num_steps: int = 32, iterations_per_call: int = 10, seed: int = 0, minibatch_size: int = 256
+    num_envs: int = 32,
+    num_steps: int = 32,
+    iterations_per_call: int = 10,
+    seed: int = 0,
+    minibatch_size: int = 256,
+    settings: Settings = JAXFLOW_PPO,
 ) -> tuple[Callable[[], Any], Callable[[Any], tuple[Any, dict[str, jax.Array]]]]:
     """Returns ``(init_fn, train_fn)``: ``init_fn() -> runner_state`` (a pytree) and
     ``train_fn(runner_state) -> (runner_state, metrics)``, jit-compiled with the runner state
     donated, running ``iterations_per_call`` full PPO iterations (rollout + 8 epochs) via
     ``lax.scan``. ``metrics["episode_returns"]`` is ``[K, T, B]``: the return of each episode
-    where it ended, NaN elsewhere."""
+    where it ended, NaN elsewhere. ``settings`` changes the learning rate (and its annealing),
+    the epochs and the entropy bonus."""
     env, env_params = gymnax.make("CartPole-v1")
     network = ActorCritic(env.num_actions)
     apply = network.apply
-    tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.adam(LR, eps=1e-5))
     batch_size = num_envs * num_steps
     num_minibatches = batch_size // minibatch_size  # the remainder of each permutation is dropped
+    lr: Any = settings.lr
+    if settings.anneal_updates:
+        steps_per_update, updates = num_minibatches * settings.num_epochs, settings.anneal_updates
+        lr = lambda count: settings.lr * (1.0 - (count // steps_per_update) / updates)  # noqa: E731
+    tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.adam(lr, eps=1e-5))
     assert num_minibatches > 0, f"num_envs * num_steps ({batch_size}) < minibatch size ({minibatch_size})"
     step_envs = jax.vmap(env.step_env, in_axes=(0, 0, 0, None))
     reset_envs = jax.vmap(env.reset_env, in_axes=(0, None))
@@ -124,7 +155,7 @@ def make_train(
         pg_loss = -jnp.mean(jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - CLIP_EPS, 1 + CLIP_EPS) * adv))
         value_loss = 0.5 * jnp.mean(jnp.square(v - target))
         entropy = -jnp.mean(jnp.sum(jnp.exp(log_probs) * log_probs, axis=-1))
-        return pg_loss + VF_COEF * value_loss - ENT_COEF * entropy
+        return pg_loss + VF_COEF * value_loss - settings.ent_coef * entropy
 
     def sgd_step(carry: tuple[Any, Any], mb: tuple[jax.Array, ...]) -> tuple[tuple[Any, Any], None]:
         params, opt_state = carry
@@ -148,7 +179,7 @@ def make_train(
             mbs = jax.tree.map(lambda x: x[idx].reshape((num_minibatches, minibatch_size) + x.shape[1:]), batch)
             return (*jax.lax.scan(sgd_step, (params, opt_state), mbs)[0], key), None
 
-        (params, opt_state, key), _ = jax.lax.scan(epoch, (params, opt_state, key), None, NUM_EPOCHS)
+        (params, opt_state, key), _ = jax.lax.scan(epoch, (params, opt_state, key), None, settings.num_epochs)
         return (params, opt_state, env_state, obs, ep_ret, ep_len, key), {"episode_returns": stats}
 
     def train(runner_state: Any) -> tuple[Any, dict[str, jax.Array]]:

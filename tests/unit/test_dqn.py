@@ -9,9 +9,11 @@ from jaxflow import ConfigError, make_config
 from jaxflow.algorithms.apex import APEXConfig, worker_epsilon
 from jaxflow.algorithms.dqn import (
     DQNConfig,
+    beta_schedule,
     epsilon,
     epsilon_greedy,
     epsilon_schedule,
+    importance_exponent,
     loss,
     n_step_targets,
     postprocess,
@@ -147,6 +149,26 @@ def test_postprocess_priorities_hand_checked():
     # t=0: 1 + 0.5*max Q(s_1)=4 -> 3, minus Q(s_0, 1)=3 -> 0; t=1: 2 + 0.5*10 - Q(s_1, 0)=1 -> 6.
     np.testing.assert_allclose(np.asarray(out["priorities"])[:, 0], [0.25, 6.25])
     assert out["obs"] is traj["obs"] and out["last_obs"] is traj["last_obs"]
+
+
+@pytest.mark.parametrize("prioritized", [True, False])
+def test_the_drivers_importance_exponent_is_device_modes_schedule(prioritized):
+    cfg = make_config(
+        DQNConfig,
+        env="CartPole-v1",
+        prioritized_replay=prioritized,
+        prioritized_replay_beta=0.3,
+        beta_annealing_steps=500,
+    )
+    learner = type("AtStep", (), {"version": 0})()
+    beta = beta_schedule(learner, cfg)
+    steps = np.arange(0, 800, 9)
+    on_host = []
+    for s in steps:
+        learner.version = int(s)  # read at every call: the learner's SGD steps go on
+        on_host.append(beta())
+    np.testing.assert_allclose(on_host, importance_exponent(cfg)(steps), rtol=1e-6, atol=1e-7)
+    assert on_host[0] == pytest.approx(0.3 if prioritized else 0.0) and on_host[-1] == (1.0 if prioritized else 0.0)
 
 
 def test_epsilon_schedules():
