@@ -18,7 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import ray.cloudpickle
+from flax import struct
 from gymnax.environments import environment, spaces
+from gymnax.environments.classic_control.cartpole import CartPole
+from gymnax.environments.classic_control.cartpole import EnvParams as CartPoleParams
 
 from jaxflow.envs.masked_choice import MaskedChoice
 from jaxflow.envs.registry import EnvContext, register, register_jax
@@ -178,6 +181,34 @@ class NaNAfter(gymnasium.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+@struct.dataclass
+class NaNAfterParams(CartPoleParams):
+    at_step: int = 5
+    """Each episode's step from which the value is NaN."""
+    nan_reward: bool = False
+    """The reward turns NaN (else the observation)."""
+
+
+class NaNAfterJax(CartPole):
+    """gymnax's CartPole whose observation (or reward) turns NaN at each episode's ``at_step``-th
+    step: a JAX env for device mode's guards."""
+
+    @property
+    def default_params(self) -> NaNAfterParams:
+        return NaNAfterParams()
+
+    def step_env(self, key: jax.Array, state: Any, action: Any, params: Any):
+        obs, state, reward, done, info = super().step_env(key, state, action, params)
+        hit = state.time >= params.at_step
+        obs = jnp.where(hit & ~params.nan_reward, jnp.nan, obs)
+        reward = jnp.where(hit & params.nan_reward, jnp.nan, reward)
+        return obs, state, reward, done, info
+
+
+def make_nan_after_jax(**env_config: Any) -> tuple[NaNAfterJax, NaNAfterParams]:
+    return NaNAfterJax(), NaNAfterParams(**env_config)
+
+
 class Endless(environment.Environment[environment.EnvState, environment.EnvParams]):
     """A JAX env (gymnax's interface) with no end: reward 1 every step, never terminated and
     no time limit. What a search's episodes must cut themselves (``max_episode_length``)."""
@@ -237,6 +268,7 @@ register("test/SlowStep-v0", SlowStep, "CartPole sleeping step_s seconds per ste
 register("test/WideCartPole-v0", WideCartPole, "CartPole padded with width zeros; for tests of large fragments")
 register("test/StrictMasks-v0", StrictMasks, "MaskedChoice raising IllegalMove on an illegal action; for masking tests")
 register_jax("test/Endless-v0", make_endless, "a JAX env with no end: no termination, no time limit")
+register_jax("test/NaNAfterJax-v0", make_nan_after_jax, "gymnax CartPole turning NaN at a chosen step; for guards")
 register("test/NoLegalAction-v0", NoLegalAction, "MaskedChoice with an all-zero action_mask from step at_step on")
 
 # Functions and classes of this module travel to the Ray workers by value.

@@ -38,9 +38,10 @@ from jaxflow.learn.learner import check_nonfinite
 from jaxflow.learn.schedules import bind_loss, scheduled_optimizer
 from jaxflow.learn.sgd import TrainState, sgd_update
 from jaxflow.ondevice.evaluation import DeviceEvaluator
+from jaxflow.ondevice.guards import check_env_values
 from jaxflow.ondevice.members import members, with_hyper
 from jaxflow.ondevice.pbt import PopulationBasedTraining, init_state, record
-from jaxflow.ondevice.rollout import EnvCarry, initial_carry, rollout
+from jaxflow.ondevice.rollout import EnvCarry, first_nonfinite, initial_carry, rollout
 from jaxflow.ondevice.source import OnDevice
 from jaxflow.ondevice.state import AnakinState, state_shardings
 from jaxflow.ondevice.update import replay_update
@@ -220,7 +221,7 @@ class DeviceProgram:
         def iteration(state: AnakinState, _: Any):
             key, k_rollout, k_train = jax.random.split(state.key, 3)
             env_steps = state.iteration.astype(jnp.float32) * self.steps_per_iteration
-            carry, traj, (returns, lengths) = rollout(
+            carry, traj, ended = rollout(
                 self.env,
                 self.env_params,
                 self.policy,
@@ -243,10 +244,18 @@ class DeviceProgram:
                     loss_fn, self._optimizer, replay_settings, state.train, state.replay, batch, k_train
                 )
             carry = jax.tree.map(inside, carry._replace(normalizer=None))._replace(normalizer=carry.normalizer)
-            pbt = record(state.pbt, returns)
+            pbt = record(state.pbt, ended.returns)
             state = AnakinState(train, carry, key, state.iteration + 1, state.hyper, replay, pbt)
             metrics = {k: v for k, v in metrics.items() if v.ndim == 0}
-            return state, dict(metrics, episode_returns=returns, episode_lengths=lengths, trained=trained)
+            nonfinite_at, nonfinite_bits = first_nonfinite(ended.nonfinite)
+            return state, dict(
+                metrics,
+                episode_returns=ended.returns,
+                episode_lengths=ended.lengths,
+                trained=trained,
+                env_nonfinite_at=nonfinite_at,
+                env_nonfinite_bits=nonfinite_bits,
+            )
 
         return jax.lax.scan(iteration, state, None, length=self.config.device.iterations_per_call)
 
@@ -267,14 +276,20 @@ class DeviceProgram:
     def stop(self) -> None:
         """Nothing runs between calls: no threads or actors to stop."""
 
+    def _last_iteration(self) -> int:
+        """The iterations done so far (members train in lockstep)."""
+        return int(np.max(jax.device_get(self.state.iteration)))
+
     def call(self) -> dict[str, np.ndarray]:
         """Runs ``iterations_per_call`` iterations of every member; returns their metrics
         on the host, ``[members, K, ...]``."""
         self.state, out = self._run(self.state)
         out = jax.device_get(out)
+        if self.config.rollout.check_finite:
+            check_env_values(out, self.config.env, self.num_envs, self.steps_per_iteration, self._last_iteration())
         skipped = out.get("nonfinite_step_fraction")
         if skipped is not None and np.any(skipped > 0):  # NaN where replay had not started
-            where = f"iteration {int(np.max(jax.device_get(self.state.iteration)))} (device mode)"
+            where = f"iteration {self._last_iteration()} (device mode)"
             check_nonfinite(float(np.nanmax(skipped)), self.config.optimizer.on_nonfinite, where)
         if self.pbt is not None:
             self.state = self.pbt.step(self.state)

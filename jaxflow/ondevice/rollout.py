@@ -25,6 +25,43 @@ from jaxflow.rollout.truncation import truncation_bootstrap
 Array = jax.Array
 
 
+NONFINITE_OBSERVATION, NONFINITE_REWARD = 1, 2
+"""The bits of :attr:`Ended.nonfinite`: the step's observation (the next one, or the ended
+episode's final one) or its reward was NaN or infinite."""
+
+
+class Ended(NamedTuple):
+    """What each step of a rollout tells the host, ``[T, B]``."""
+
+    returns: Array
+    """The return of each episode where it ended, NaN elsewhere."""
+    lengths: Array
+    """The length of each episode where it ended, 0 elsewhere."""
+    nonfinite: Array
+    """int8: ``NONFINITE_OBSERVATION | NONFINITE_REWARD`` bits where the env's step gave a NaN
+    or infinite value (a floating-point observation or the reward), 0 elsewhere."""
+
+
+def first_nonfinite(nonfinite: Array) -> tuple[Array, Array]:
+    """``(t * B + b, bits)`` of the first (in time, then env) step :attr:`Ended.nonfinite`
+    flags, or ``(-1, 0)``: two scalars a compiled call hands to the host, which names the step."""
+    flat = nonfinite.reshape(-1)
+    first = jnp.argmax(flat > 0)
+    return jnp.where(flat[first] > 0, first, -1).astype(jnp.int32), flat[first]
+
+
+def nonfinite_bits(obs: Array, final_obs: Array, reward: Array) -> Array:
+    """``[B]`` :attr:`Ended.nonfinite` of one vector step (integer observations are always finite)."""
+
+    def bad(x: Array) -> Array:
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return jnp.zeros(x.shape[0], bool)
+        return ~jnp.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+
+    obs_bits = jnp.where(bad(obs) | bad(final_obs), NONFINITE_OBSERVATION, 0)
+    return (obs_bits | jnp.where(bad(reward), NONFINITE_REWARD, 0)).astype(jnp.int8)
+
+
 class EnvCarry(NamedTuple):
     """The environments between two steps: ``[B, ...]`` states, observations (as the
     environments gave them), running episodes; and where the run normalizes, its statistics
@@ -93,7 +130,7 @@ def rollout(
     key: Array,
     env_steps: Array,
     num_steps: int,
-) -> tuple[EnvCarry, dict[str, Array], tuple[Array, Array]]:
+) -> tuple[EnvCarry, dict[str, Array], Ended]:
     """``num_steps`` steps of every environment with ``policy`` at ``params``: its
     distribution samples the actions, unless ``act(key, dist_inputs, env_steps, config) ->
     (actions, logp)`` explores in its place (DQN's epsilon-greedy).
@@ -101,8 +138,8 @@ def rollout(
     The fragment has the fields and conventions of ``RolloutWorker.sample`` (time-major
     ``[T, B]``; time limits bootstrapped by the same
     :func:`~jaxflow.rollout.truncation.truncation_bootstrap`), so an algorithm's
-    ``postprocess`` takes it unchanged. Also returns the returns and lengths of the episodes
-    that ended, ``[T, B]``, NaN and 0 elsewhere.
+    ``postprocess`` takes it unchanged. Also returns :class:`Ended`: the returns and lengths
+    of the episodes that ended, and which steps gave a NaN or infinite value, ``[T, B]``.
 
     A recurrent policy's state goes along in ``carry``: the fragment holds its
     ``episode_starts [T, B]`` and the ``policy_state`` it started from
@@ -150,7 +187,7 @@ def _step(
     once: bool,
     inner: tuple[EnvCarry, Any],
     xs: tuple[Array, Array],
-) -> tuple[tuple[EnvCarry, Any], tuple[dict[str, Array], tuple[Array, Array]]]:
+) -> tuple[tuple[EnvCarry, Any], tuple[dict[str, Array], Ended]]:
     """One step of :func:`rollout`'s scan; with ``once``, truncations are only remembered."""
     c, truncations = inner
     t, key = xs
@@ -188,8 +225,8 @@ def _step(
     )
     if policy.recurrent:
         out[STARTS_FIELD] = c.episode_start
-    c, ended = _next_carry(c, env_state, obs, reward, done, norm, discounted, state, policy.recurrent)
-    return (c, truncations), (out, ended)
+    c, (returns, lengths) = _next_carry(c, env_state, obs, reward, done, norm, discounted, state, policy.recurrent)
+    return (c, truncations), (out, Ended(returns, lengths, nonfinite_bits(obs, final_obs, reward)))
 
 
 def _next_carry(

@@ -9,7 +9,11 @@ import numpy as np
 
 from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED, NUM_UPDATES
 from jaxflow.dataflow.iterators import LocalIterator, from_iterator
+from jaxflow.ondevice.guards import ENV_NONFINITE_FIELDS
 from jaxflow.ops.metrics import Context
+
+NOT_LEARNER_STATISTICS = ("episode_returns", "episode_lengths", "trained", *ENV_NONFINITE_FIELDS)
+"""A call's metrics that are not the learner's statistics."""
 
 if TYPE_CHECKING:
     from jaxflow.ondevice.program import DeviceProgram
@@ -39,7 +43,7 @@ def OnDevice(program: DeviceProgram) -> LocalIterator[dict[str, np.ndarray]]:
             ctx.counters[ENV_STEPS_TRAINED] += int(trained.sum())
             ctx.counters[NUM_UPDATES] += int(np.count_nonzero(trained))
             # The last iteration's statistics, averaged over members (NaN before a replay learner starts).
-            last = {k: v[:, -1] for k, v in out.items() if k not in ("episode_returns", "episode_lengths", "trained")}
+            last = {k: v[:, -1] for k, v in out.items() if k not in NOT_LEARNER_STATISTICS}
             ctx.info["learner"] = {k: float(np.mean(v)) for k, v in last.items()}
             if program.pbt is not None:  # each member's lineage and hyperparameters
                 ctx.info["pbt"] = program.pbt.report(program.state)

@@ -56,7 +56,8 @@ def test_rollout_bootstraps_time_limits_and_records_episodes(T):
             env, env_params, Policy(net, Categorical(2), (4,)), None, config, params, c, k, jnp.float32(0), T
         )
     )
-    carry, traj, (returns, lengths) = run(carry, jax.random.PRNGKey(2))
+    carry, traj, (returns, lengths, nonfinite) = run(carry, jax.random.PRNGKey(2))
+    assert not np.asarray(nonfinite).any()  # every value of this env is finite
     truncated = (np.arange(T) % 5 == 4)[:, None].repeat(B, axis=1)
     np.testing.assert_allclose(np.asarray(traj["rewards"]), np.where(truncated, 1 + 0.99 * 2.0, 1.0), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(traj["discounts"]), np.where(truncated, 0.0, 0.99), rtol=1e-6)

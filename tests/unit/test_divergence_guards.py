@@ -5,6 +5,7 @@ and a checkpoint of non-finite parameters is never written."""
 from __future__ import annotations
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -136,3 +137,45 @@ def test_a_run_on_a_nan_env_fails_on_that_step_and_leaves_only_finite_checkpoint
     assert saved  # iterations before the NaN step were checkpointed
     _, _, params, _ = load_policy(str(tmp_path))
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+
+
+def _nan_device_run(field: str, **settings):
+    """Device-mode PPO on 4 copies of gymnax CartPole whose ``field`` turns NaN at each
+    episode's 5th step (no episode of CartPole ends within 5 steps): 2 iterations of 4 steps
+    per call, so the first NaN comes at the second iteration's first step, env step 16."""
+    return Algorithm.build(
+        "PPO",
+        env="test/NaNAfterJax-v0",
+        env_config={"at_step": 5, "nan_reward": field == "reward"},
+        mode="device",
+        num_envs=4,
+        rollout_fragment_length=4,
+        minibatch_size=16,
+        iterations_per_call=2,
+        **settings,
+    )
+
+
+@pytest.mark.parametrize("field", ["observation", "reward"])
+def test_device_mode_stops_at_the_first_nan_env_step_naming_env_member_field_and_step(field, tmp_path):
+    algo = _nan_device_run(field)
+    with pytest.raises(
+        EnvValueError,
+        match=re.escape(
+            f"device mode, member 0: env 'test/NaNAfterJax-v0' returned a NaN or infinite {field} at env step 16 "
+            "(env 0 of 4, step 0 of iteration 2)"
+        ),
+    ):
+        algo.train()
+    # The update on the NaN step was skipped: the parameters stay finite; the env state does not, so
+    # nothing of the diverged run is saved.
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(algo.program.get_weights()))
+    with pytest.raises(CheckpointError, match="refusing to save a checkpoint with NaN or infinite values"):
+        algo.save(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_device_mode_with_check_finite_off_lets_the_nan_through_to_the_loss_guard():
+    algo = _nan_device_run("observation", check_finite=False)
+    with pytest.raises(NonFiniteUpdateError, match=r"ending at iteration 2 \(device mode\)"):
+        algo.train()
