@@ -208,9 +208,9 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
         return flat, one, flat.update(batch), one.update(batch)
     def max_diff(a, b):
         return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(leaves(a), leaves(b)))
-    flat, flat_one, mf, mo = flat_pair(loss, optax.sgd(0.5), num_epochs=2, minibatch_size=8)
+    flat, flat_one, mf, mo = flat_pair(loss, optax.sgd(0.05), num_epochs=2, minibatch_size=8)
     print("FLAT_MODE", flat.flat_reduce, flat_one.flat_reduce)
-    print("FLAT_DIFF", max_diff(flat.get_weights(), flat_one.get_weights()))
+    print("FLAT_DIFF", max_diff(flat.get_weights(), params), max_diff(flat.get_weights(), flat_one.get_weights()))
     print("FLAT_METRICS", sorted(mf) == sorted(mo), max(abs(mf[k] - mo[k]) for k in mo))
     def per_sample_loss(p, b, key):
         l, m = loss(p, b, key)
@@ -304,7 +304,8 @@ def test_flat_reduce_equals_one_device_with_one_all_reduce_a_step(multi_device_o
     body one all-reduce of one array per SGD step, where the partitioner's blocks reduce
     several arrays (the gradient leaves and the loss's scalars)."""
     assert multi_device_output["FLAT_MODE"] == "True False"
-    assert float(multi_device_output["FLAT_DIFF"]) < 1e-5
+    moved, diff = map(float, multi_device_output["FLAT_DIFF"].split())
+    assert moved > 1e-2 and diff < 1e-5  # the update did something to compare
     same_keys, metrics_diff = multi_device_output["FLAT_METRICS"].split()
     assert same_keys == "True" and float(metrics_diff) < 1e-5
     size, err_diff = multi_device_output["FLAT_PER_SAMPLE"].split()
