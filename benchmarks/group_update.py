@@ -5,7 +5,7 @@ same run on the same batches:
 - ``one``: one ``Learner`` in this process, on its device;
 - ``group_whole``: ``num_learners=2`` with each minibatch drawn from the whole batch, which
   the learner gathers onto every device once per update, each device computing all of every
-  minibatch;
+  minibatch (the default for CPUs of several processes);
 - ``group_blocks``: the same group with each process drawing its part of every minibatch from
   its own rows (``jaxflow.learn.sgd.shard_blocks``; the default on accelerators): the compute
   is split and only the gradients cross processes, each array of them in a gloo round trip of

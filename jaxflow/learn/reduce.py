@@ -22,6 +22,11 @@ the algorithms with a learner group (PPO, A2C, IMPALA, APPO, DQN, Ape-X, Rainbow
 make such learners: their losses draw nothing per sample (Rainbow's noisy layers draw their
 noise per parameter, the same on every device). SAC and TD3 train on one process, on the
 partitioner's path, whose draws are the whole minibatch's.
+
+Such learners still draw whole minibatches unless told to shuffle in blocks
+(:func:`~jaxflow.learn.sgd.default_shuffle_devices`): on 2 loaded cores one round trip a
+step cost more than every process computing every minibatch (``benchmarks/README.md``).
+Blocks split the compute, which whole minibatches do not.
 """
 
 from __future__ import annotations
@@ -58,8 +63,9 @@ Metrics = tuple[dict[str, jax.Array], dict[str, jax.Array]]
 
 
 def flat_by_default(devices: Sequence[jax.Device]) -> bool:
-    """Whether a learner on ``devices`` reduces flat unless told: on CPUs of several processes,
-    where gloo reduces each array of a collective in a round trip of its own. Accelerators,
+    """Whether a learner on ``devices`` whose minibatches are in blocks reduces flat unless
+    told: on CPUs of several processes, where gloo reduces each array of a collective in a
+    round trip of its own. Accelerators,
     and the devices of one process, keep the partitioner's reductions (one NCCL or in-process
     call for all arrays; per-sample random draws stay those of the whole minibatch)."""
     return len({d.process_index for d in devices}) > 1 and devices[0].platform == "cpu"

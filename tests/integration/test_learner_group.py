@@ -123,8 +123,8 @@ def test_group_update_equals_single_process_update(ray_local):
     config = make_config(spec.config_cls, train_batch_size=256, minibatch_size=64, num_epochs=2, vf_clip=10.0)
     _, make_learner = learner_factory(config, spec)
     # Minibatches shuffled within each of the 4 devices' rows (sgd.shard_blocks), each step's
-    # gradients all-reduced as one flat array (learn/reduce.py, the default on CPUs of several
-    # processes): rows never cross processes, gradients do; one learner shuffles alike.
+    # gradients all-reduced as one flat array (learn/reduce.py, how blocks reduce on CPUs of
+    # several processes): rows never cross processes, gradients do; one learner shuffles alike.
     make_learner = functools.partial(make_learner, shuffle_devices=4, on_nonfinite="skip")
     single = make_learner()
     group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5), env_vars=TWO_CPU_DEVICES)
@@ -223,13 +223,17 @@ def replayed_straight_to_the_group(group: LearnerGroup, single, rng: np.random.G
         shards.stop()
 
 
-def test_group_update_with_a_target_network_equals_single_process_update(ray_local):
+@pytest.mark.parametrize("shuffle_devices", [None, 2], ids=["whole", "flat"])
+def test_group_update_with_a_target_network_equals_single_process_update(ray_local, shuffle_devices):
     """Ape-X's learner in a group, fed as ``ToDevice`` feeds it (each process's rows put in the
     object store ahead): per-sample TD errors (the new priorities) in the global batch's order,
-    target-network moves and parameters as one process's."""
+    target-network moves and parameters as one process's; with whole minibatches (the default
+    on CPUs of several processes) and in blocks, each process's part's gradient all-reduced as
+    one flat array (learn/reduce.py)."""
     spec = get_algorithm("APEX")
     config = make_config(spec.config_cls, tau=0.5)
     _, make_learner = learner_factory(config, spec)
+    make_learner = functools.partial(make_learner, shuffle_devices=shuffle_devices)
     single = make_learner()
     group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5))
     try:

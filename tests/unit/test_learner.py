@@ -199,7 +199,7 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     print("WHOLE_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(whole.get_weights()), leaves(whole_one.get_weights()))))
     print("WHOLE_COLLECTIVES", *row_collectives(whole, whole._gather(whole.put_batch(batch))))
 
-    # Blocks with one flat all-reduce a step (jaxflow.learn.reduce, the default on CPUs of
+    # Blocks with one flat all-reduce a step (jaxflow.learn.reduce, the blocks of CPUs of
     # several processes), on this process's 4 devices: equal to one device shuffling alike
     # (plain SGD, so a sum in place of the mean would show), per-sample metrics in order.
     def flat_pair(loss_fn, optimizer, **kw):
