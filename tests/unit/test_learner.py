@@ -177,6 +177,13 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     print("CONV_LOOPS", conv_one.loop, conv_four.loop)
     print("CONV_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(q4))))
     print("CONV_MOVED", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(conv_params))))
+    # The host loop's steps with the flat reduce (blocks under shard_map, one step per call).
+    conv_flat = Learner(
+        conv_loss, optax.sgd(CONV_LR), conv_copy(), devices=jax.devices(), num_epochs=2, minibatch_size=16, flat_reduce=True
+    )
+    conv_flat.update(conv_batch)
+    q_flat = conv_flat.get_weights()
+    print("CONV_FLAT", conv_flat.loop, conv_flat.flat_reduce, max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(q_flat))))
 
     # Several epochs: minibatches shuffled within each device's rows (one learner told of 4
     # devices shuffles alike), so only parameter-shaped arrays cross devices, never rows.
@@ -283,6 +290,8 @@ def test_four_devices_match_one_device_in_the_host_loop(multi_device_output):
     assert multi_device_output["CONV_LOOPS"] == "host host"
     assert float(multi_device_output["CONV_MOVED"]) > 1e-3
     assert float(multi_device_output["CONV_DIFF"]) < 1e-5
+    loop, flat, flat_diff = multi_device_output["CONV_FLAT"].split()
+    assert loop == "host" and flat == "True" and float(flat_diff) < 1e-5
 
 
 def test_epochs_shuffle_within_each_devices_rows_and_match_one_device(multi_device_output):
