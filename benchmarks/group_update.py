@@ -1,15 +1,17 @@
 """A PPO update (CartPole batch, several epochs of minibatches) in one learner process against
-a learner group of 2 processes, the group shuffling its minibatches two ways, measured in the
+a learner group of 2 processes, the group running its minibatches three ways, measured in the
 same run on the same batches:
 
 - ``one``: one ``Learner`` in this process, on its device;
 - ``group_whole``: ``num_learners=2`` with each minibatch drawn from the whole batch, which
   the learner gathers onto every device once per update, each device computing all of every
-  minibatch (the default for CPUs of several processes: gloo reduces each array in a round
-  trip of its own);
+  minibatch (the default for CPUs of several processes);
 - ``group_blocks``: the same group with each process drawing its part of every minibatch from
   its own rows (``jaxflow.learn.sgd.shard_blocks``; the default on accelerators): the compute
-  is split and only the gradients cross processes.
+  is split and only the gradients cross processes, each array of them in a gloo round trip of
+  its own (``flat_reduce=False``);
+- ``group_flat``: blocks with each step's gradients and scalar metrics all-reduced as one flat
+  array (``jaxflow.learn.reduce``, ``flat_reduce=True``).
 
 Reported per network width: the median seconds per update (repeats interleaved) and the
 learner processes' CPU seconds per update. Writes ``results/group_update.json``, ``.md`` and
@@ -45,7 +47,7 @@ from jaxflow.learn.group import LearnerGroup
 
 log = logger("group_update")
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-RUNNERS = ("one", "group_whole", "group_blocks")
+RUNNERS = ("one", "group_whole", "group_blocks", "group_flat")
 BATCH, MINIBATCH, EPOCHS = 1024, 256, 8  # PPO's defaults: 32 SGD steps per update
 OBS, ACTIONS = 4, 2  # CartPole
 
@@ -69,10 +71,13 @@ def learners(hidden: int) -> tuple[dict[str, Any], list[LearnerGroup]]:
         spec.config_cls, train_batch_size=BATCH, minibatch_size=MINIBATCH, num_epochs=EPOCHS, hidden_sizes=(hidden,) * 2
     )
     _, make_learner = learner_factory(config, spec)
-    groups = [
-        LearnerGroup(functools.partial(make_learner, shuffle_devices=shuffle), 2, Placement(num_cpus=0.5))
-        for shuffle in (1, 2)
-    ]
+    ways = (
+        dict(shuffle_devices=1),
+        dict(shuffle_devices=2, flat_reduce=False),
+        dict(shuffle_devices=2, flat_reduce=True),
+    )
+    # 6 learner processes on the 2 CPUs ray.init gives: they take turns, as the runners do.
+    groups = [LearnerGroup(functools.partial(make_learner, **way), 2, Placement(num_cpus=0.25)) for way in ways]
     return dict(zip(RUNNERS, [make_learner(), *groups])), groups
 
 
@@ -80,15 +85,14 @@ def measure(hidden: int, updates: int, repeats: int, seed: int) -> dict[str, Any
     runners, groups = learners(hidden)
     clocks: dict[str, Callable[[], float]] = {
         "one": cpu_clock([]),
-        "group_whole": cpu_clock(groups[0].processes),
-        "group_blocks": cpu_clock(groups[1].processes),
+        **{name: cpu_clock(group.processes) for name, group in zip(RUNNERS[1:], groups)},
     }
     batches = [ppo_batch(np.random.default_rng(seed + i)) for i in range(updates)]
     for learner in runners.values():  # compiles
         learner.update(batches[0])
     seconds: dict[str, list[float]] = {k: [] for k in RUNNERS}
     cpu: dict[str, list[float]] = {k: [] for k in RUNNERS}
-    for i in range(repeats):  # interleaved, so the machine's load hits all three alike
+    for i in range(repeats):  # interleaved, so the machine's load hits all four alike
         log(f"hidden {hidden}: repeat {i + 1}/{repeats}")
         for name, learner in runners.items():
             c0, t0 = clocks[name](), time.perf_counter()
@@ -110,20 +114,21 @@ def measure(hidden: int, updates: int, repeats: int, seed: int) -> dict[str, Any
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
-        "# A PPO update: one learner against a group of 2 processes, minibatches from the whole batch or in blocks",
+        "# A PPO update: one learner against a group of 2 processes, minibatches whole, in blocks, or in blocks reduced flat",
         "",
         f"{report['time']} · {m['cpu_count']} CPUs · load {m['load_average_at_start'][0]:.1f} at start · "
         f"jax {m['jax']} on {m['jax_backend']} · batch {BATCH}, minibatch {MINIBATCH}, {EPOCHS} epochs · "
         f"median of {report['args']['repeats']} repeats of {report['args']['updates']} updates",
         "",
-        "| hidden | one (s) | group, whole (s) | group, blocks (s) | blocks / whole | CPU s: one / whole / blocks |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| hidden | one (s) | group, whole (s) | group, blocks (s) | group, flat (s) | flat / whole "
+        "| CPU s: one / whole / blocks / flat |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["results"]:
         s, c = r["median_s"], r["median_cpu_s"]
         lines.append(
-            f"| {r['hidden']} | {s['one']:.3f} | {s['group_whole']:.3f} | {s['group_blocks']:.3f} "
-            f"| {s['group_blocks'] / s['group_whole']:.2f} | {c['one']:.3f} / {c['group_whole']:.3f} / {c['group_blocks']:.3f} |"
+            f"| {r['hidden']} | {' | '.join(f'{s[k]:.3f}' for k in RUNNERS)} "
+            f"| {s['group_flat'] / s['group_whole']:.2f} | {' / '.join(f'{c[k]:.3f}' for k in RUNNERS)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -135,10 +140,10 @@ def figure(report: dict[str, Any], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    width = 0.25
+    width = 0.2
     xs = np.arange(len(report["results"]))
     for i, name in enumerate(RUNNERS):
-        ax.bar(xs + (i - 1) * width, [r["median_s"][name] for r in report["results"]], width, label=name)
+        ax.bar(xs + (i - 1.5) * width, [r["median_s"][name] for r in report["results"]], width, label=name)
     ax.set_xticks(xs, [f"hidden {r['hidden']}" for r in report["results"]])
     ax.set_ylabel("seconds per update (median)")
     ax.legend()

@@ -11,7 +11,9 @@ steps minibatch by minibatch from the host, to the same result (see
 :attr:`Learner.loop`). With several local devices the batch
 is sharded along its leading axis and the parameters replicated; XLA then
 averages the gradients across devices, so the update equals the single-device
-update on the same global batch.
+update on the same global batch. On CPUs of several processes (a learner group's)
+the steps run under ``shard_map`` instead, each step's gradients all-reduced as one
+flat array (:mod:`~jaxflow.learn.reduce`), to the same result.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from jaxflow.learn.reduce import AXIS, flat_by_default, flat_minibatch_step, flat_sgd_update
 from jaxflow.learn.sgd import (
     AnyLoss,
     TrainState,
@@ -80,15 +83,17 @@ class Learner:
         target_network: bool = False,
         on_nonfinite: str = "raise",
         shuffle_devices: int | None = None,
+        flat_reduce: bool | None = None,
     ):
         self.devices = list(devices or jax.local_devices())
         self._shuffle_devices = shuffle_devices or default_shuffle_devices(self.devices)
+        self.flat_reduce = self._flat_reduce(flat_reduce)
         # The state is replaced (and its old buffers donated) by every update, so a learner
         # thread and the plan's thread must not read or replace it at the same time.
         self._lock = threading.RLock()
-        self.mesh = Mesh(np.asarray(self.devices), ("batch",))
+        self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
         self._replicated = NamedSharding(self.mesh, PartitionSpec())
-        self._sharded = NamedSharding(self.mesh, PartitionSpec("batch"))
+        self._sharded = NamedSharding(self.mesh, PartitionSpec(AXIS))
         state = TrainState.create(params, optimizer, jax.random.PRNGKey(seed), target_network)
         # A copy: the update donates the state's buffers, which must not be the caller's arrays.
         self.state = jax.device_put(state, self._replicated, may_alias=False)
@@ -99,16 +104,20 @@ class Learner:
         # so the batch is gathered onto every device once per update, not once per SGD step
         # (on CPUs of several processes each of gloo's gathers is a round trip).
         self._gather = jax.jit(lambda batch: batch, out_shardings=self._replicated)
+        update = (
+            functools.partial(flat_sgd_update, mesh=self.mesh)
+            if self.flat_reduce
+            else functools.partial(sgd_update, num_devices=self._shuffle_devices)
+        )
         self._update = jax.jit(
-            functools.partial(
-                sgd_update, loss_fn, optimizer, num_epochs, minibatch_size, num_devices=self._shuffle_devices
-            ),
+            functools.partial(update, loss_fn, optimizer, num_epochs, minibatch_size),
             donate_argnums=0,
             out_shardings=(self._replicated, self._replicated),
         )
         self._shuffle = jax.jit(shuffle_minibatches, static_argnums=(1, 2, 3, 4))
+        step = functools.partial(flat_minibatch_step, mesh=self.mesh) if self.flat_reduce else minibatch_step
         self._step = jax.jit(
-            functools.partial(minibatch_step, loss_fn, optimizer),
+            functools.partial(step, loss_fn, optimizer),
             static_argnums=3,
             donate_argnums=1,
             out_shardings=(self._replicated, self._replicated),
@@ -123,6 +132,13 @@ class Learner:
         self.target_updates = 0
         """Target updates made by :meth:`follow_target`'s rule so far."""
         self.thread: LearnerThread | None = None
+
+    def _flat_reduce(self, asked: bool | None) -> bool:
+        """Whether the update's steps run in blocks with one flat all-reduce each
+        (:mod:`~jaxflow.learn.reduce`): as ``asked``, else :func:`~jaxflow.learn.reduce.flat_by_default`;
+        only for minibatches in blocks of every device (``shuffle_devices``, the default)."""
+        flat = flat_by_default(self.devices) if asked is None else asked
+        return flat and self._shuffle_devices == len(self.devices) > 1
 
     @property
     def num_devices(self) -> int:

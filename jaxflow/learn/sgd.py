@@ -68,16 +68,21 @@ def optimizer_update(optimizer: optax.GradientTransformation, grads: Any, state:
     return optax.with_extra_args_support(optimizer).update(grads, state.opt_state, state.params, step=state.step)
 
 
-def sgd_step(
-    loss_fn: AnyLoss, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
-) -> tuple[TrainState, Any]:
-    """One optimizer step on one (mini)batch; the loss's metrics plus ``loss``, ``grad_norm``
-    and ``nonfinite_step_fraction`` (1 where the loss or the gradient was NaN or infinite:
-    the parameters and the optimizer state are then left as they were, the step still counts)."""
+def loss_and_grads(loss_fn: AnyLoss, state: TrainState, batch: Any) -> tuple[tuple[jax.Array, Any], Any]:
+    """``((loss, metrics), grads)`` of the loss at the state's step on ``batch``, with the
+    step's key (the state's key folded with the step) and the target network, if any."""
     key = jax.random.fold_in(state.rng, state.step)
     target = () if state.target_params is None else (state.target_params,)
     fn = loss_fn.at(state.step) if isinstance(loss_fn, StepLoss) else loss_fn
-    (loss, metrics), grads = jax.value_and_grad(fn, has_aux=True)(state.params, batch, key, *target)
+    return jax.value_and_grad(fn, has_aux=True)(state.params, batch, key, *target)
+
+
+def guarded_step(
+    optimizer: optax.GradientTransformation, state: TrainState, loss: jax.Array, grads: Any
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """The optimizer step for ``grads``; ``loss``, ``grad_norm`` and ``nonfinite_step_fraction``
+    (1 where the loss or the gradient was NaN or infinite: the parameters and the optimizer
+    state are then left as they were, the step still counts)."""
     updates, opt_state = optimizer_update(optimizer, grads, state)
     params = optax.apply_updates(state.params, updates)
     grad_norm = optax.global_norm(grads)
@@ -86,8 +91,18 @@ def sgd_step(
     params, opt_state = jax.tree.map(
         lambda new, old: jnp.where(finite, new, old), (params, opt_state), (state.params, state.opt_state)
     )
-    metrics = dict(metrics, loss=loss, grad_norm=grad_norm, nonfinite_step_fraction=1.0 - finite.astype(jnp.float32))
+    metrics = {"loss": loss, "grad_norm": grad_norm, "nonfinite_step_fraction": 1.0 - finite.astype(jnp.float32)}
     return state._replace(params=params, opt_state=opt_state, step=state.step + 1), metrics
+
+
+def sgd_step(
+    loss_fn: AnyLoss, optimizer: optax.GradientTransformation, state: TrainState, batch: Any
+) -> tuple[TrainState, Any]:
+    """One optimizer step on one (mini)batch (:func:`guarded_step`); the loss's metrics plus
+    ``loss``, ``grad_norm`` and ``nonfinite_step_fraction``."""
+    (loss, metrics), grads = loss_and_grads(loss_fn, state, batch)
+    state, applied = guarded_step(optimizer, state, loss, grads)
+    return state, dict(metrics, **applied)
 
 
 def minibatch_indices(key: jax.Array, n: int, num_epochs: int, minibatch_size: int, num_shards: int = 1) -> jax.Array:
@@ -136,10 +151,12 @@ def default_shuffle_devices(devices: Sequence[jax.Device]) -> int:
     """The device count a learner's minibatches are shuffled for (:func:`~jaxflow.learn.sgd.shard_blocks`):
     its devices, so each computes its own part of every minibatch and only the gradients
     cross devices; but 1 (the whole minibatch on every device) on CPUs of several processes,
-    where gloo reduces each gradient leaf in a round trip of its own every step, while the
-    :class:`~jaxflow.learn.learner.Learner` gathers a whole-minibatch batch onto every device
-    once per update (PPO's CartPole update, 32 steps, in 2 learner processes on 2 loaded
-    cores: 0.07 s whole, 1.2 s in blocks)."""
+    where every step's all-reduce is a gloo round trip that waits for the other processes,
+    while the :class:`~jaxflow.learn.learner.Learner` gathers a whole-minibatch batch onto
+    every device once per update. PPO's CartPole update, 32 steps, in 2 learner processes on
+    2 loaded cores: 0.06 s whole, 0.14 s in blocks with one flat all-reduce a step
+    (:mod:`~jaxflow.learn.reduce`), 0.40 s in blocks reduced by the partitioner
+    (``benchmarks/group_update.py``, hidden 64; at hidden 512 0.62, 0.66 and 2.0 s)."""
     multi_process = len({d.process_index for d in devices}) > 1
     return 1 if multi_process and devices[0].platform == "cpu" else len(devices)
 

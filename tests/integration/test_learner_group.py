@@ -101,13 +101,31 @@ def wait_until_lost(ref: ray.ObjectRef, timeout_s: float = 30.0) -> None:
     raise TimeoutError("the object outlived its owner")
 
 
+def nonfinite_part_skips_every_step(group: LearnerGroup, single, rng: np.random.Generator) -> None:
+    """NaN observations in one device's rows (process 1's second device), a part of every
+    minibatch: every step is counted non-finite and leaves the parameters and the Adam state
+    as they were, in both processes, as in one learner given the same batch."""
+    batch = random_ppo_batch(256, rng)
+    batch["obs"][192:] = np.nan
+    before = ray.get([p.call.remote("get_state") for p in group.processes])
+    expected, got = single.update(batch), group.update(batch)
+    assert got["nonfinite_step_fraction"] == expected["nonfinite_step_fraction"] == 1.0
+    assert group.version == single.version
+    after = ray.get([p.call.remote("get_state") for p in group.processes])
+    leaves = jax.tree_util.tree_leaves
+    for old, new in zip(before, after):
+        for want, have in zip(leaves((old.params, old.opt_state)), leaves((new.params, new.opt_state))):
+            np.testing.assert_array_equal(have, want)
+
+
 def test_group_update_equals_single_process_update(ray_local):
     spec = get_algorithm("PPO")
     config = make_config(spec.config_cls, train_batch_size=256, minibatch_size=64, num_epochs=2, vf_clip=10.0)
     _, make_learner = learner_factory(config, spec)
-    # Minibatches shuffled within each of the 4 devices' rows (sgd.shard_blocks), as on
-    # accelerators: rows never cross processes, gradients do; one learner shuffles alike.
-    make_learner = functools.partial(make_learner, shuffle_devices=4)
+    # Minibatches shuffled within each of the 4 devices' rows (sgd.shard_blocks), each step's
+    # gradients all-reduced as one flat array (learn/reduce.py, how blocks reduce on CPUs of
+    # several processes): rows never cross processes, gradients do; one learner shuffles alike.
+    make_learner = functools.partial(make_learner, shuffle_devices=4, on_nonfinite="skip")
     single = make_learner()
     group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5), env_vars=TWO_CPU_DEVICES)
     try:
@@ -119,6 +137,7 @@ def test_group_update_equals_single_process_update(ray_local):
             assert group.version == single.version == updates * 2 * 256 // 64  # epochs x minibatches
             for key in ("policy_loss", "value_loss", "entropy", "approx_kl"):
                 assert got[key] == pytest.approx(expected[key], abs=TOLERANCE), key
+        nonfinite_part_skips_every_step(group, single, rng)
         stored_update_equals_single(group, single, rng)
         leaves = zip(jax.tree_util.tree_leaves(single.get_weights()), jax.tree_util.tree_leaves(group.get_weights()))
         for want, have in leaves:
@@ -204,13 +223,17 @@ def replayed_straight_to_the_group(group: LearnerGroup, single, rng: np.random.G
         shards.stop()
 
 
-def test_group_update_with_a_target_network_equals_single_process_update(ray_local):
+@pytest.mark.parametrize("shuffle_devices", [None, 2], ids=["whole", "flat"])
+def test_group_update_with_a_target_network_equals_single_process_update(ray_local, shuffle_devices):
     """Ape-X's learner in a group, fed as ``ToDevice`` feeds it (each process's rows put in the
     object store ahead): per-sample TD errors (the new priorities) in the global batch's order,
-    target-network moves and parameters as one process's."""
+    target-network moves and parameters as one process's; with whole minibatches (the default
+    on CPUs of several processes) and in blocks, each process's part's gradient all-reduced as
+    one flat array (learn/reduce.py)."""
     spec = get_algorithm("APEX")
     config = make_config(spec.config_cls, tau=0.5)
     _, make_learner = learner_factory(config, spec)
+    make_learner = functools.partial(make_learner, shuffle_devices=shuffle_devices)
     single = make_learner()
     group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5))
     try:

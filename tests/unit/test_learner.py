@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +18,7 @@ import optax
 import pytest
 
 from jaxflow.learn.learner import Learner
+from jaxflow.learn.reduce import flat_by_default
 from jaxflow.learn.sgd import minibatch_indices, sgd_update, shard_blocks, take_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -175,6 +177,13 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     print("CONV_LOOPS", conv_one.loop, conv_four.loop)
     print("CONV_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(q4))))
     print("CONV_MOVED", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(conv_params))))
+    # The host loop's steps with the flat reduce (blocks under shard_map, one step per call).
+    conv_flat = Learner(
+        conv_loss, optax.sgd(CONV_LR), conv_copy(), devices=jax.devices(), num_epochs=2, minibatch_size=16, flat_reduce=True
+    )
+    conv_flat.update(conv_batch)
+    q_flat = conv_flat.get_weights()
+    print("CONV_FLAT", conv_flat.loop, conv_flat.flat_reduce, max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(q1), leaves(q_flat))))
 
     # Several epochs: minibatches shuffled within each device's rows (one learner told of 4
     # devices shuffles alike), so only parameter-shaped arrays cross devices, never rows.
@@ -196,6 +205,51 @@ MULTI_DEVICE_SCRIPT = textwrap.dedent(
     whole.update(batch), whole_one.update(batch)
     print("WHOLE_DIFF", max(float(np.max(np.abs(a - b))) for a, b in zip(leaves(whole.get_weights()), leaves(whole_one.get_weights()))))
     print("WHOLE_COLLECTIVES", *row_collectives(whole, whole._gather(whole.put_batch(batch))))
+
+    # Blocks with one flat all-reduce a step (jaxflow.learn.reduce, the blocks of CPUs of
+    # several processes), on this process's 4 devices: equal to one device shuffling alike
+    # (plain SGD, so a sum in place of the mean would show), per-sample metrics in order.
+    def flat_pair(loss_fn, optimizer, **kw):
+        flat = Learner(loss_fn, optimizer, copy(), devices=jax.devices(), flat_reduce=True, **kw)
+        one = Learner(loss_fn, optimizer, copy(), devices=jax.devices()[:1], shuffle_devices=4, **kw)
+        return flat, one, flat.update(batch), one.update(batch)
+    def max_diff(a, b):
+        return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(leaves(a), leaves(b)))
+    flat, flat_one, mf, mo = flat_pair(loss, optax.sgd(0.05), num_epochs=2, minibatch_size=8)
+    print("FLAT_MODE", flat.flat_reduce, flat_one.flat_reduce)
+    print("FLAT_DIFF", max_diff(flat.get_weights(), params), max_diff(flat.get_weights(), flat_one.get_weights()))
+    print("FLAT_METRICS", sorted(mf) == sorted(mo), max(abs(mf[k] - mo[k]) for k in mo))
+    def per_sample_loss(p, b, key):
+        l, m = loss(p, b, key)
+        return l, dict(m, err=jnp.tanh(b["x"] @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"] - b["y"])
+    _, _, pf, po = flat_pair(per_sample_loss, optax.sgd(0.5))  # one step on the whole batch
+    print("FLAT_PER_SAMPLE", pf["err"].shape[0], float(np.max(np.abs(pf["err"] - po["err"]))))
+    # A NaN in the last device's rows, in every minibatch: no step applies, on any device.
+    nan_batch = dict(batch, y=batch["y"].copy())
+    nan_batch["y"][48:] = np.nan
+    guarded = Learner(loss, optax.adam(0.01), copy(), devices=jax.devices(), num_epochs=2, minibatch_size=8,
+                      flat_reduce=True, on_nonfinite="skip")
+    start = guarded.get_state()
+    fraction = guarded.update(nan_batch)["nonfinite_step_fraction"]
+    kept = all(np.array_equal(np.asarray(shard.data), want) for now, want in
+               zip(leaves((guarded.state.params, guarded.state.opt_state)), leaves((start.params, start.opt_state)))
+               for shard in now.addressable_shards)
+    print("FLAT_NAN", fraction, kept, guarded.version)
+    # The compiled loop body: one all-reduce of one array a step, where the partitioner's
+    # blocks reduce each gradient leaf (one all-reduce of many arrays).
+    def loop_reduces(learner):
+        hlo = learner._update.lower(learner.state, learner.put_batch(batch)).compile().as_text()
+        bodies, current, arrays = set(re.findall(r"body=%?([\w.\-]+)", hlo)), None, []
+        for line in hlo.splitlines():
+            header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+            reduce = re.search(r"=\s*(.*?)\s+all-reduce(?:-start)?\(", line)
+            if header:
+                current = header.group(1)
+            elif reduce and current in bodies:
+                arrays.append(len(re.findall(r"[a-z]+[0-9]*\[[0-9,]*\]", reduce.group(1))))
+        return arrays
+    print("FLAT_LOOP_REDUCES", *loop_reduces(flat))
+    print("SPMD_LOOP_REDUCES", *loop_reduces(ep_four))
 
     placed = four.put_batch(batch)["x"]
     print("BATCH_DEVICES", placed.sharding.num_devices, len(placed.addressable_shards))
@@ -236,6 +290,8 @@ def test_four_devices_match_one_device_in_the_host_loop(multi_device_output):
     assert multi_device_output["CONV_LOOPS"] == "host host"
     assert float(multi_device_output["CONV_MOVED"]) > 1e-3
     assert float(multi_device_output["CONV_DIFF"]) < 1e-5
+    loop, flat, flat_diff = multi_device_output["CONV_FLAT"].split()
+    assert loop == "host" and flat == "True" and float(flat_diff) < 1e-5
 
 
 def test_epochs_shuffle_within_each_devices_rows_and_match_one_device(multi_device_output):
@@ -249,6 +305,35 @@ def test_epochs_shuffle_within_each_devices_rows_and_match_one_device(multi_devi
     # Whole minibatches: the batch gathered once per update, the steps local to each device.
     assert multi_device_output["WHOLE_COLLECTIVES"] == "0 0"
     assert float(multi_device_output["WHOLE_DIFF"]) < 1e-5
+
+
+def test_flat_reduce_equals_one_device_with_one_all_reduce_a_step(multi_device_output):
+    """Blocks under shard_map (jaxflow.learn.reduce) on 4 devices of one process: the update,
+    its metrics and per-sample metrics (in the batch's order) as one device's; in the loop
+    body one all-reduce of one array per SGD step, where the partitioner's blocks reduce
+    several arrays (the gradient leaves and the loss's scalars)."""
+    assert multi_device_output["FLAT_MODE"] == "True False"
+    moved, diff = map(float, multi_device_output["FLAT_DIFF"].split())
+    assert moved > 1e-2 and diff < 1e-5  # the update did something to compare
+    same_keys, metrics_diff = multi_device_output["FLAT_METRICS"].split()
+    assert same_keys == "True" and float(metrics_diff) < 1e-5
+    size, err_diff = multi_device_output["FLAT_PER_SAMPLE"].split()
+    assert int(size) == 64 and float(err_diff) < 1e-5
+    assert multi_device_output["FLAT_LOOP_REDUCES"] == "1"
+    assert sum(map(int, multi_device_output["SPMD_LOOP_REDUCES"].split())) > 1
+
+
+def test_flat_reduce_skips_a_step_nonfinite_on_one_device_on_every_device(multi_device_output):
+    """NaN targets in the last device's rows (a part of every minibatch): every step is
+    counted non-finite and leaves parameters and Adam state as they were, on all 4 devices."""
+    fraction, kept, version = multi_device_output["FLAT_NAN"].split()
+    assert float(fraction) == 1.0 and kept == "True" and int(version) == 16  # 2 epochs x 8 minibatches
+
+
+def test_flat_reduce_by_default_on_cpus_of_several_processes():
+    cpu = [types.SimpleNamespace(process_index=i // 2, platform="cpu") for i in range(4)]
+    gpu = [types.SimpleNamespace(process_index=i // 2, platform="gpu") for i in range(4)]
+    assert flat_by_default(cpu) and not flat_by_default(cpu[:2]) and not flat_by_default(gpu)
 
 
 def test_four_device_learner_shards_batch_and_replicates_params(multi_device_output):
