@@ -48,17 +48,19 @@ def make_vector_envs(
     """The vectors of environments a rollout worker of ``config`` steps: ``num_groups``
     (default ``config.rollout.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
     env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` (and
-    ``"auto"`` for the preprocessed ``ALE/<Game>-v5`` games) runs ale-py's emulators in
-    ``num_cpus_per_worker`` threads (at least one) per group; anything else steps gymnasium
-    envs in the worker's own thread."""
+    ``"auto"`` for the preprocessed ``ALE/<Game>-v5`` games) runs ale-py's emulators, and
+    ``vector_env="envpool"`` envpool's envs, in ``num_cpus_per_worker`` threads (at least one)
+    per group; anything else steps gymnasium envs in the worker's own thread."""
     groups = config.rollout.num_env_groups if num_groups is None else num_groups
     n = config.rollout.num_envs_per_worker // groups
     backend = config.rollout.vector_env
-    if backend == "ale" or (backend == "auto" and envs.runs_in_ale_vector(config.env, config.env_config)):
-        threads = max(1, int(config.rollout.num_cpus_per_worker))
+    threads = max(1, int(config.rollout.num_cpus_per_worker))
+    if backend == "auto" and envs.runs_in_ale_vector(config.env, config.env_config):
+        backend = "ale"
+    threaded = {"ale": envs.ALEVectorEnv, "envpool": envs.EnvPoolVectorEnv}.get(backend)
+    if threaded is not None:
         return [
-            envs.ALEVectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation, threads)
-            for g in range(groups)
+            threaded(config.env, n, seed + g * n, config.env_config, index, incarnation, threads) for g in range(groups)
         ]
     return [envs.VectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation) for g in range(groups)]
 
