@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari, runs_in_ale_vector
-from jaxflow.envs.envpool_vector import (  # envpool itself is imported when a pool is made or checked
+from jaxflow.envs.envpool_config import (  # envpool itself is imported when a pool is made or checked
     ENVPOOL_IDS,
     EnvPoolConfigError,
-    EnvPoolVectorEnv,
     check_envpool,
     envpool_installed,
+    runs_in_envpool,
 )
+from jaxflow.envs.envpool_vector import EnvPoolVectorEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
 from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
@@ -155,4 +156,5 @@ __all__ = [
     "register_jax",
     "register_multiagent",
     "runs_in_ale_vector",
+    "runs_in_envpool",
 ]

@@ -249,12 +249,13 @@ def test_what_envpool_cannot_serve_is_refused_in_one_line(env_id, env_config, me
     assert "\n" not in str(info.value)
 
 
-def test_a_config_envpool_cannot_serve_fails_at_build_time_and_workers_get_envpool():
+def test_a_config_envpool_cannot_serve_fails_at_build_time_and_auto_picks_where_it_is_faster():
     """Refused by Algorithm.build before any worker starts (a ConfigError, one line); a config
     it serves gives each worker group (double buffering) an EnvPoolVectorEnv of its share of
     the envs, seeded as one vector would be."""
     from jaxflow import Algorithm, get_algorithm, make_vector_envs
     from jaxflow.config import make_config
+    from jaxflow.rollout import vector_backend
 
     with pytest.raises(
         ConfigError, match=r"cannot set env_config key\(s\) \['goal_velocity'\] of 'MountainCar-v0'"
@@ -262,6 +263,20 @@ def test_a_config_envpool_cannot_serve_fails_at_build_time_and_workers_get_envpo
         Algorithm.build("PPO", env="MountainCar-v0", env_config={"goal_velocity": 0.1}, vector_env="envpool")
     assert "\n" not in str(info.value)
     ppo = get_algorithm("PPO").config_cls
+    # "auto": envpool where benchmarks/vector_envs.py measured it faster (classic control,
+    # MuJoCo) and it takes the env_config; ale-py's for the ALE games (as fast); else Python.
+    auto = {
+        (env_id, str(env_config)): vector_backend(make_config(ppo, env=env_id, env_config=env_config))
+        for env_id, env_config in [
+            ("CartPole-v1", {}),
+            ("Pendulum-v1", {"max_episode_steps": 100}),
+            ("HalfCheetah-v5", {}),
+            ("CartPole-v1", {"sutton_barto_reward": True}),
+            ("ALE/Pong-v5", {}),
+            ("FrozenLake-v1", {}),
+        ]
+    }
+    assert list(auto.values()) == ["envpool", "envpool", "envpool", "python", "ale", "python"]
     config = make_config(ppo, env="CartPole-v1", vector_env="envpool", num_envs_per_worker=4, num_env_groups=2)
     groups = make_vector_envs(config, seed=0)
     assert [(type(v), v.num_envs) for v in groups] == [(envs.EnvPoolVectorEnv, 2)] * 2
