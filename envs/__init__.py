@@ -16,6 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from jaxflow.envs import atari  # registers the preprocessed ALE/<Game>-v5 ids
 from jaxflow.envs.atari import ALEVectorEnv, AtariConfig, AtariConfigError, make_atari, runs_in_ale_vector
+from jaxflow.envs.envpool_config import (  # envpool itself is imported when a pool is made or checked
+    ENVPOOL_IDS,
+    EnvPoolConfigError,
+    check_envpool,
+    envpool_installed,
+    runs_in_envpool,
+)
+from jaxflow.envs.envpool_vector import EnvPoolVectorEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
 from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
 from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
@@ -88,6 +96,7 @@ register_jax(STATELESS_CARTPOLE, _make_stateless_cartpole, "CartPole-v1 with its
 
 __all__ = [
     "BRAX_PREFIX",
+    "ENVPOOL_IDS",
     "GYMNAX_PREFIX",
     "JAX_KINDS",
     "POPGYM_PREFIX",
@@ -103,6 +112,8 @@ __all__ = [
     "EnvContext",
     "EnvKindError",
     "EnvOptionError",
+    "EnvPoolConfigError",
+    "EnvPoolVectorEnv",
     "EnvSpaceError",
     "FlatMaskedObservation",
     "FlatObservation",
@@ -124,10 +135,12 @@ __all__ = [
     "adopt",
     "atari",
     "check_env_config",
+    "check_envpool",
     "check_file_env_config",
     "custom_entry",
     "entry",
     "env_options",
+    "envpool_installed",
     "flat_space",
     "flatten_observations",
     "is_flattenable",
@@ -143,4 +156,5 @@ __all__ = [
     "register_jax",
     "register_multiagent",
     "runs_in_ale_vector",
+    "runs_in_envpool",
 ]

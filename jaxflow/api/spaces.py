@@ -11,16 +11,20 @@ from jaxflow.api.registry import algorithms_for_space
 from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.fields import ConfigError, require
 from jaxflow.policies.distributions import distribution_for
+from jaxflow.rollout.stepping import vector_backend
 
 
 def env_spaces(config: Any, spec: AlgorithmSpec) -> tuple[gymnasium.Space, gymnasium.Space]:
     """The observation and action spaces of ``config.env`` (checked by :func:`check_spaces`)."""
     try:
         envs.check_env_config(config.env, config.env_config)
+        if vector_backend(config) == "envpool":  # refused here, not in every Ray worker
+            envs.check_envpool(config.env, config.env_config)
         env = envs.make_cpu(config.env, **config.env_config)
     except (
         envs.BraxConfigError,
         envs.EnvOptionError,
+        envs.EnvPoolConfigError,
         envs.JaxLibraryConfigError,
     ) as e:  # a bad backend or episode_length: one line, exit status 2 in the CLI
         raise ConfigError(str(e)) from None

@@ -108,9 +108,9 @@ class CommonConfig(StrictKeywords):
             f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.",
         )
         require(  # "auto" steps in Python outside ALE, so groups there are as refused as with "python"
-            self.rollout.num_env_groups == 1 or self.env.startswith("ALE/"),
+            self.rollout.num_env_groups == 1 or self.env.startswith("ALE/") or self.rollout.vector_env == "envpool",
             f"num_env_groups={self.rollout.num_env_groups} needs vector_env='ale', which runs ALE/<Game>-v5 "
-            f"environments only, not {self.env!r} (python envs step in the worker's thread).",
+            f"environments only, not {self.env!r}, or vector_env='envpool' (python envs step in the worker's thread).",
         )
         require(
             self.num_learners == 1 or self.learner_group,

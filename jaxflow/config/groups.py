@@ -54,12 +54,15 @@ class RolloutConfig(StrictKeywords):
     typo such as 1e9 fails here, before anything starts, not as an out-of-memory worker)."""
     rollout_fragment_length: int = param(64, POSITIVE)
     """Time steps T per sampled fragment; each fragment is [T, num_envs_per_worker]."""
-    vector_env: Literal["auto", "python", "ale"] = "auto"
-    """How a worker steps its environments: one after another in Python, or (ALE/<Game>-v5 ids
-    only) in ale-py's C++ vector environment, on ``num_cpus_per_worker`` threads; "auto" is
-    ale-py's for the preprocessed ALE/<Game>-v5 games it runs, Python for every other env."""
+    vector_env: Literal["auto", "python", "ale", "envpool"] = "auto"
+    """How a worker steps its environments: one after another in Python, (ALE/<Game>-v5 ids
+    only) in ale-py's C++ vector environment, or (the ids of ``envs.ENVPOOL_IDS`` and the
+    ALE/<Game>-v5 games; the ``envpool`` extra) in envpool's, each C++ one on
+    ``num_cpus_per_worker`` threads; "auto" is ale-py's for the preprocessed ALE/<Game>-v5
+    games it runs, envpool's (where installed) for the ids of ``envs.ENVPOOL_IDS`` with an
+    env_config it takes, Python for every other env (``rollout.vector_backend``)."""
     num_env_groups: int = param(1, POSITIVE)
-    """vector_env='ale': a worker's environments split into this many groups stepped in turn
+    """vector_env='ale' or 'envpool': a worker's environments split into this many groups stepped in turn
     (2: double buffering), so one group's emulators run while the worker waits for the policy
     on another; must divide num_envs_per_worker. Each group has num_cpus_per_worker emulator
     threads, so whichever group is stepping alone can use all of the worker's CPUs; while
@@ -106,7 +109,7 @@ class RolloutConfig(StrictKeywords):
         check_resources("RolloutConfig.custom_resources_per_worker", self.custom_resources_per_worker)
         require(
             self.num_env_groups == 1 or self.vector_env != "python",
-            f"num_env_groups={self.num_env_groups} needs vector_env='ale' (python envs step in the worker's thread).",
+            f"num_env_groups={self.num_env_groups} needs vector_env='ale' or 'envpool' (python envs step in the worker's thread).",
         )
         require(
             self.num_envs_per_worker % self.num_env_groups == 0,

@@ -17,7 +17,7 @@ from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker,
 from jaxflow.rollout.normalize import HostNormalizer, Moments, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
 from jaxflow.rollout.sample_ahead import SampleAhead
-from jaxflow.rollout.stepping import Stopwatch, make_vector_envs
+from jaxflow.rollout.stepping import Stopwatch, make_vector_envs, vector_backend
 from jaxflow.rollout.truncation import bootstrap_truncations, truncation_bootstrap
 from jaxflow.rollout.worker import Rollout, RolloutWorker, WorkerSpec
 from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
@@ -56,4 +56,5 @@ __all__ = [
     "summarize_returns",
     "train_arrays",
     "truncation_bootstrap",
+    "vector_backend",
 ]

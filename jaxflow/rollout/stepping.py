@@ -42,23 +42,34 @@ class Stopwatch:
         self.seconds += time.perf_counter() - self._start
 
 
+def vector_backend(config: Any) -> str:
+    """What a rollout worker of ``config`` steps its envs with: ``config.rollout.vector_env``,
+    where "auto" is ale-py's vector env ("ale") for the preprocessed ``ALE/<Game>-v5`` games,
+    envpool's for the classic-control and MuJoCo ids it serves where it is installed
+    (:func:`envs.runs_in_envpool`), and "python" for every other env."""
+    backend = config.rollout.vector_env
+    if backend != "auto":
+        return backend
+    if envs.runs_in_ale_vector(config.env, config.env_config):
+        return "ale"
+    return "envpool" if envs.runs_in_envpool(config.env, config.env_config) else "python"
+
+
 def make_vector_envs(
     config: Any, seed: int, index: int = 0, incarnation: int = 0, num_groups: int | None = None
 ) -> list[Any]:
     """The vectors of environments a rollout worker of ``config`` steps: ``num_groups``
     (default ``config.rollout.num_env_groups``) groups splitting ``num_envs_per_worker`` envs, whose
-    env ``i`` is seeded ``seed + i`` however they are grouped. ``vector_env="ale"`` (and
-    ``"auto"`` for the preprocessed ``ALE/<Game>-v5`` games) runs ale-py's emulators in
-    ``num_cpus_per_worker`` threads (at least one) per group; anything else steps gymnasium
-    envs in the worker's own thread."""
+    env ``i`` is seeded ``seed + i`` however they are grouped. ale-py's emulators and envpool's
+    envs (see :func:`vector_backend`) run in ``num_cpus_per_worker`` threads (at least one) per
+    group; Python steps gymnasium envs in the worker's own thread."""
     groups = config.rollout.num_env_groups if num_groups is None else num_groups
     n = config.rollout.num_envs_per_worker // groups
-    backend = config.rollout.vector_env
-    if backend == "ale" or (backend == "auto" and envs.runs_in_ale_vector(config.env, config.env_config)):
-        threads = max(1, int(config.rollout.num_cpus_per_worker))
+    threads = max(1, int(config.rollout.num_cpus_per_worker))
+    threaded = {"ale": envs.ALEVectorEnv, "envpool": envs.EnvPoolVectorEnv}.get(vector_backend(config))
+    if threaded is not None:
         return [
-            envs.ALEVectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation, threads)
-            for g in range(groups)
+            threaded(config.env, n, seed + g * n, config.env_config, index, incarnation, threads) for g in range(groups)
         ]
     return [envs.VectorEnv(config.env, n, seed + g * n, config.env_config, index, incarnation) for g in range(groups)]
 

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxflow import RolloutWorker, WorkerSpec, envs, get_algorithm, make_config
+from jaxflow import RolloutWorker, WorkerSpec, envs, get_algorithm, make_config, make_vector_envs
 from jaxflow.api.ray_program import build_learner
 from jaxflow.rollout.batch import concat_batches
 from jaxflow.rollout.sample_ahead import SampleAhead
@@ -36,7 +36,9 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
     worker.set_weights(params, 0)
     first, second = worker.sample(), worker.sample()
 
-    replay = envs.VectorEnv("CartPole-v1", 3, config.seed, {"max_episode_steps": 5})
+    # A twin of the worker's vector env (envpool's, which "auto" picks for CartPole where it is
+    # installed, else Python's) replays the fragment's actions.
+    (replay,) = make_vector_envs(config, config.seed)
     np.testing.assert_array_equal(replay.reset(), first.data["obs"][0])
     for frag in (first, second):
         d = frag.data
