@@ -21,7 +21,6 @@ from jaxflow.envs.envpool_config import (  # envpool itself is imported when a p
     EnvPoolConfigError,
     check_envpool,
     envpool_installed,
-    runs_in_envpool,
 )
 from jaxflow.envs.envpool_vector import EnvPoolVectorEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
@@ -156,5 +155,4 @@ __all__ = [
     "register_jax",
     "register_multiagent",
     "runs_in_ale_vector",
-    "runs_in_envpool",
 ]

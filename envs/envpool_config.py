@@ -1,5 +1,5 @@
-"""Which ids and ``env_config`` settings envpool serves for jaxflow (``vector_env="envpool"``,
-and ``"auto"`` where :func:`runs_in_envpool`), and envpool's task and ``make`` keywords for them;
+"""Which ids and ``env_config`` settings envpool serves for jaxflow (``vector_env="envpool"``),
+and envpool's task and ``make`` keywords for them;
 what it cannot match is refused in one line (:class:`EnvPoolConfigError`), before any worker
 starts. :mod:`envs.envpool_vector` steps the pools. envpool itself is imported only where a
 pool's spec is asked for.
@@ -87,24 +87,6 @@ def envpool_task(env_id: str, env_config: dict[str, Any] | None = None) -> tuple
             f"envpool takes {sorted(allowed)} (use vector_env='python' for the others)."
         )
     return env_id, config
-
-
-def runs_in_envpool(env_id: str, env_config: dict[str, Any] | None = None) -> bool:
-    """Whether ``vector_env="auto"`` steps ``env_id`` with envpool: where envpool is installed,
-    for the ids of :data:`ENVPOOL_IDS` (classic control and MuJoCo, where
-    ``benchmarks/vector_envs.py`` measured envpool 1.5 to 4 times as fast as Python on one
-    thread) with ``env_config`` keys envpool takes. The ALE games stay with ale-py's vector env,
-    which envpool matched but did not beat.
-
-    Example:
-        >>> runs_in_envpool("CartPole-v1", {"sutton_barto_reward": True})  # a key envpool lacks
-        False
-        >>> runs_in_envpool("ALE/Pong-v5")
-        False
-    """
-    if env_id not in ENVPOOL_IDS or not envpool_installed():
-        return False
-    return set(env_config or {}) <= shared_options(env_id)
 
 
 def shared_options(env_id: str) -> set[str]:

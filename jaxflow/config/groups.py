@@ -59,8 +59,7 @@ class RolloutConfig(StrictKeywords):
     only) in ale-py's C++ vector environment, or (the ids of ``envs.ENVPOOL_IDS`` and the
     ALE/<Game>-v5 games; the ``envpool`` extra) in envpool's, each C++ one on
     ``num_cpus_per_worker`` threads; "auto" is ale-py's for the preprocessed ALE/<Game>-v5
-    games it runs, envpool's (where installed) for the ids of ``envs.ENVPOOL_IDS`` with an
-    env_config it takes, Python for every other env (``rollout.vector_backend``)."""
+    games it runs and Python for every other env (``rollout.vector_backend``)."""
     num_env_groups: int = param(1, POSITIVE)
     """vector_env='ale' or 'envpool': a worker's environments split into this many groups stepped in turn
     (2: double buffering), so one group's emulators run while the worker waits for the policy

@@ -44,15 +44,15 @@ class Stopwatch:
 
 def vector_backend(config: Any) -> str:
     """What a rollout worker of ``config`` steps its envs with: ``config.rollout.vector_env``,
-    where "auto" is ale-py's vector env ("ale") for the preprocessed ``ALE/<Game>-v5`` games,
-    envpool's for the classic-control and MuJoCo ids it serves where it is installed
-    (:func:`envs.runs_in_envpool`), and "python" for every other env."""
+    where "auto" is ale-py's vector env ("ale") for the preprocessed ``ALE/<Game>-v5`` games and
+    "python" for every other env. envpool is asked for by name: it was faster for classic
+    control and MuJoCo (``benchmarks/vector_envs.py``), but its random numbers give other
+    episodes for a seed than gymnasium's, and the learning tests and tuned examples' figures
+    are not yet checked on it."""
     backend = config.rollout.vector_env
     if backend != "auto":
         return backend
-    if envs.runs_in_ale_vector(config.env, config.env_config):
-        return "ale"
-    return "envpool" if envs.runs_in_envpool(config.env, config.env_config) else "python"
+    return "ale" if envs.runs_in_ale_vector(config.env, config.env_config) else "python"
 
 
 def make_vector_envs(

@@ -223,8 +223,8 @@ def test_ale_vector_env_backend_reports_unclipped_game_scores():
 def test_an_ale_id_gets_ale_pys_vector_env_by_default_and_other_envs_python():
     """The ALE defaults: with no vector_env set (its "auto"), a worker of a preprocessed
     ALE/<Game>-v5 game steps ale-py's vector env on num_cpus_per_worker threads; a raw
-    (preprocess=False) game, an env neither ale-py nor envpool runs, and vector_env="python"
-    step gymnasium envs; envpool's ids (CartPole-v1) step envpool's (the test extra has it)."""
+    (preprocess=False) game, any other env, and vector_env="python" step gymnasium envs;
+    envpool's vector env only when asked for by name."""
     from jaxflow import get_algorithm, make_vector_envs
     from jaxflow.config import ConfigError, make_config
 
@@ -240,7 +240,8 @@ def test_an_ale_id_gets_ale_pys_vector_env_by_default_and_other_envs_python():
     assert backend(env="ALE/Pong-v5") is envs.ALEVectorEnv
     assert backend(env="ALE/Pong-v5", vector_env="python") is envs.VectorEnv
     assert backend(env="ALE/Pong-v5", env_config={"preprocess": False}) is envs.VectorEnv
-    assert backend(env="CartPole-v1") is envs.EnvPoolVectorEnv
+    assert backend(env="CartPole-v1") is envs.VectorEnv
+    assert backend(env="CartPole-v1", vector_env="envpool") is envs.EnvPoolVectorEnv
     assert backend(env="CartPole-v1", env_config={"sutton_barto_reward": True}) is envs.VectorEnv
     assert backend(env="FrozenLake-v1") is envs.VectorEnv
     # Groups follow the backend: "auto" splits an ALE game's envs, and refuses other envs.

@@ -249,7 +249,7 @@ def test_what_envpool_cannot_serve_is_refused_in_one_line(env_id, env_config, me
     assert "\n" not in str(info.value)
 
 
-def test_a_config_envpool_cannot_serve_fails_at_build_time_and_auto_picks_where_it_is_faster():
+def test_a_config_envpool_cannot_serve_fails_at_build_time_and_auto_leaves_envpool_to_be_asked_for():
     """Refused by Algorithm.build before any worker starts (a ConfigError, one line); a config
     it serves gives each worker group (double buffering) an EnvPoolVectorEnv of its share of
     the envs, seeded as one vector would be."""
@@ -263,8 +263,8 @@ def test_a_config_envpool_cannot_serve_fails_at_build_time_and_auto_picks_where_
         Algorithm.build("PPO", env="MountainCar-v0", env_config={"goal_velocity": 0.1}, vector_env="envpool")
     assert "\n" not in str(info.value)
     ppo = get_algorithm("PPO").config_cls
-    # "auto": envpool where benchmarks/vector_envs.py measured it faster (classic control,
-    # MuJoCo) and it takes the env_config; ale-py's for the ALE games (as fast); else Python.
+    # "auto": ale-py's for the ALE games, else Python; envpool only by name (a seed gives other
+    # episodes with it, and the suite's learning thresholds are measured on Python's envs).
     auto = {
         (env_id, str(env_config)): vector_backend(make_config(ppo, env=env_id, env_config=env_config))
         for env_id, env_config in [
@@ -276,7 +276,8 @@ def test_a_config_envpool_cannot_serve_fails_at_build_time_and_auto_picks_where_
             ("FrozenLake-v1", {}),
         ]
     }
-    assert list(auto.values()) == ["envpool", "envpool", "envpool", "python", "ale", "python"]
+    assert list(auto.values()) == ["python", "python", "python", "python", "ale", "python"]
+    assert vector_backend(make_config(ppo, env="CartPole-v1", vector_env="envpool")) == "envpool"
     config = make_config(ppo, env="CartPole-v1", vector_env="envpool", num_envs_per_worker=4, num_env_groups=2)
     groups = make_vector_envs(config, seed=0)
     assert [(type(v), v.num_envs) for v in groups] == [(envs.EnvPoolVectorEnv, 2)] * 2
