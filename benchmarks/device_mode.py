@@ -180,6 +180,38 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def report(args: argparse.Namespace, rows: list[dict[str, Any]], minatar: list[dict[str, Any]]) -> None:
+    """Writes (and prints) the report: ``device_mode.json`` and ``.md``, the rows' table and MinAtar's rate."""
+    k = args.iterations_per_call
+    lines = [
+        "# Device mode: PPO on gymnax CartPole-v1, jaxflow vs a hand-written jitted PPO",
+        "",
+        f"Rows by env count: the same settings in both ({k} iterations per compiled call, {T} steps per "
+        f"iteration, minibatch {args.minibatch_size}). Row `defaults`: jaxflow's PPO with no settings against "
+        "the reference with PureJaxRL's own CartPole settings. Target "
+        f"{args.target:g}, medians over seeds {args.seeds}; times exclude the first (compiling) call.",
+        "",
+        "| envs | jaxflow steps/s | reference steps/s | ratio | jaxflow s to target | reference s | ratio "
+        "| jaxflow steps to target | reference steps | reached (j/r) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [row_line(row, len(args.seeds)) for row in rows]
+    minatar_rate = median_of_measured([m["env_steps_per_s"] for m in minatar]) if minatar else None
+    if minatar:
+        lines += [
+            "",
+            f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
+            f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds).",
+        ]
+    data = {
+        "machine": machine_info(runtime=True),
+        "args": vars(args),
+        "cartpole": rows,
+        "minatar_breakout": {"num_envs": args.minatar_envs, "env_steps_per_s": minatar_rate, "runs": minatar},
+    }
+    write_report(args.out, "device_mode", data, "\n".join(lines) + "\n")
+
+
 def main() -> None:
     args = parse_args()
     k, cartpole = args.iterations_per_call, "gymnax/CartPole-v1"
@@ -238,33 +270,7 @@ def main() -> None:
         minatar.append(run)
         log(f"MinAtar Breakout envs {args.minatar_envs} seed {seed}: {run['env_steps_per_s']:,.0f} steps/s")
 
-    lines = [
-        "# Device mode: PPO on gymnax CartPole-v1, jaxflow vs a hand-written jitted PPO",
-        "",
-        f"Rows by env count: the same settings in both ({k} iterations per compiled call, {T} steps per "
-        f"iteration, minibatch {args.minibatch_size}). Row `defaults`: jaxflow's PPO with no settings against "
-        "the reference with PureJaxRL's own CartPole settings. Target "
-        f"{args.target:g}, medians over seeds {args.seeds}; times exclude the first (compiling) call.",
-        "",
-        "| envs | jaxflow steps/s | reference steps/s | ratio | jaxflow s to target | reference s | ratio "
-        "| jaxflow steps to target | reference steps | reached (j/r) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    lines += [row_line(row, len(args.seeds)) for row in rows]
-    minatar_rate = median_of_measured([m["env_steps_per_s"] for m in minatar]) if minatar else None
-    if minatar:
-        lines += [
-            "",
-            f"MinAtar Breakout, PPO in device mode, {args.minatar_envs} envs: "
-            f"{fmt(minatar_rate, ',.0f')} env steps/s (median over seeds).",
-        ]
-    report = {
-        "machine": machine_info(runtime=True),
-        "args": vars(args),
-        "cartpole": rows,
-        "minatar_breakout": {"num_envs": args.minatar_envs, "env_steps_per_s": minatar_rate, "runs": minatar},
-    }
-    write_report(args.out, "device_mode", report, "\n".join(lines) + "\n")
+    report(args, rows, minatar)
 
 
 if __name__ == "__main__":
