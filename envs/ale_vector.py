@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 
 from jaxflow.envs.atari_config import AtariConfig, AtariConfigError, ale_py, atari_ids
-from jaxflow.envs.vector import EnvSpaceError, VectorStep
+from jaxflow.envs.vector import EnvSpaceError, EpisodeTally, VectorStep
 
 
 def runs_in_ale_vector(env_id: str, env_config: dict[str, Any] | None = None) -> bool:
@@ -93,10 +93,7 @@ class ALEVectorEnv:
         assert isinstance(action_space, gymnasium.spaces.Discrete)  # ALE games have discrete actions
         self.action_space = action_space
         self._lives = np.zeros(num_envs, np.int64)
-        self._returns = np.zeros(num_envs, np.float64)
-        self._lengths = np.zeros(num_envs, np.int64)
-        self._done_returns: list[float] = []
-        self._done_lengths: list[int] = []
+        self._tally = EpisodeTally(num_envs)
         self._checked_step = False
         self._pending = False
 
@@ -106,8 +103,7 @@ class ALEVectorEnv:
         obs: np.ndarray  # ale-py leaves its reset()'s ObsType unbound
         obs, info = self._venv.reset(seed=self._seed)  # seeds seed, seed + 1, ... like VectorEnv
         self._lives[:] = info["lives"]
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self._tally.restart()
         return obs
 
     def step(self, actions: np.ndarray) -> VectorStep:
@@ -154,21 +150,13 @@ class ALEVectorEnv:
         else:
             game_over = ended
         self._lives[:] = lives
-        self._returns += raw
-        self._lengths += 1
-        if game_over.any():
-            self._done_returns.extend(self._returns[game_over].tolist())
-            self._done_lengths.extend(self._lengths[game_over].tolist())
-            self._returns[game_over] = 0.0
-            self._lengths[game_over] = 0
+        self._tally.add(raw, game_over)
         reward = np.sign(raw) if self.config.clip_rewards else raw
         return VectorStep(obs, reward, terminated, truncated, final_obs)
 
     def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Scores and lengths (agent steps) of the games completed since the last call."""
-        out = np.asarray(self._done_returns, np.float32), np.asarray(self._done_lengths, np.int32)
-        self._done_returns, self._done_lengths = [], []
-        return out
+        return self._tally.pop()
 
     def close(self) -> None:
         self._venv.close()

@@ -27,7 +27,7 @@ import numpy as np
 
 from jaxflow.envs.atari_config import ALE_PREFIX, AtariConfig
 from jaxflow.envs.envpool_config import MAX_SEED, envpool_task
-from jaxflow.envs.vector import VectorStep, check_action, check_obs, obs_dtype
+from jaxflow.envs.vector import EpisodeTally, VectorStep, check_action, check_obs, obs_dtype
 
 
 class EnvPoolVectorEnv:
@@ -76,10 +76,7 @@ class EnvPoolVectorEnv:
         self._obs_dtype = obs_dtype(self.observation_space)
         self._env_ids = np.arange(num_envs, dtype=np.int32)
         self._lives = np.zeros(num_envs, np.int64)
-        self._returns = np.zeros(num_envs, np.float64)
-        self._lengths = np.zeros(num_envs, np.int64)
-        self._done_returns: list[float] = []
-        self._done_lengths: list[int] = []
+        self._tally = EpisodeTally(num_envs)
         self._checked_step = False
         self._pending = False
 
@@ -106,8 +103,7 @@ class EnvPoolVectorEnv:
         for o in obs:
             check_obs(self.env_id, self.observation_space, o, "reset()")
         self._lives[:] = info.get("lives", 0)
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self._tally.restart()
         return obs
 
     def step(self, actions: np.ndarray) -> VectorStep:
@@ -150,7 +146,7 @@ class EnvPoolVectorEnv:
                 terminated = terminated | (~ended & (lives < self._lives))  # the game plays on
             self._lives[:] = lives
         raw_reward = reward.astype(np.float32)
-        self._count(raw_reward, ended)
+        self._tally.add(raw_reward, ended)
         clip = self._atari is not None and self._atari.clip_rewards
         return VectorStep(obs, np.sign(raw_reward) if clip else raw_reward, terminated, truncated, final_obs)
 
@@ -168,22 +164,10 @@ class EnvPoolVectorEnv:
             lives[ids] = reset_info["lives"]
         return obs, lives
 
-    def _count(self, raw_reward: np.ndarray, ended: np.ndarray) -> None:
-        """Adds a step to the episode statistics; an ended episode's return and length are kept."""
-        self._returns += raw_reward
-        self._lengths += 1
-        if ended.any():
-            self._done_returns.extend(self._returns[ended].tolist())
-            self._done_lengths.extend(self._lengths[ended].tolist())
-            self._returns[ended] = 0.0
-            self._lengths[ended] = 0
-
     def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes (for Atari: games, over all lives, unclipped)
         completed since the last call."""
-        out = np.asarray(self._done_returns, np.float32), np.asarray(self._done_lengths, np.int32)
-        self._done_returns, self._done_lengths = [], []
-        return out
+        return self._tally.pop()
 
     def close(self) -> None:
         self._pool.close()

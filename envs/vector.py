@@ -29,6 +29,54 @@ class VectorStep(NamedTuple):
     final_obs: np.ndarray
 
 
+class EpisodeTally:
+    """The running returns and lengths of a vector's ``num_envs`` episodes, and those of the
+    episodes completed since the last :meth:`pop`: what every vector backend's
+    ``pop_episodes`` reports.
+
+    Example:
+        >>> tally = EpisodeTally(2)
+        >>> tally.add(np.ones(2), np.array([False, True]))
+        >>> tally.add(np.ones(2), np.array([True, False]))
+        >>> tally.pop()
+        (array([1., 2.], dtype=float32), array([1, 2], dtype=int32))
+    """
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self._done_returns: list[float] = []
+        self._done_lengths: list[int] = []
+
+    def restart(self) -> None:
+        """Every episode starts anew (a reset of the whole vector)."""
+        self.returns[:] = 0.0
+        self.lengths[:] = 0
+
+    def add(self, reward: np.ndarray, ended: np.ndarray, counted: np.ndarray | None = None) -> None:
+        """One step's rewards; the ``ended`` episodes start anew, and those of them ``counted``
+        (default: all) are recorded."""
+        self.returns += reward
+        self.lengths += 1
+        if ended.any():
+            counted = ended if counted is None else counted
+            self._done_returns.extend(self.returns[counted].tolist())
+            self._done_lengths.extend(self.lengths[counted].tolist())
+            self.returns[ended] = 0.0
+            self.lengths[ended] = 0
+
+    def record(self, episode_return: float, length: int) -> None:
+        """An episode an env counted itself (gymnasium's ``RecordEpisodeStatistics``)."""
+        self._done_returns.append(episode_return)
+        self._done_lengths.append(length)
+
+    def pop(self) -> tuple[np.ndarray, np.ndarray]:
+        """Returns and lengths of the episodes completed since the last call."""
+        out = np.asarray(self._done_returns, np.float32), np.asarray(self._done_lengths, np.int32)
+        self._done_returns, self._done_lengths = [], []
+        return out
+
+
 def _records_episodes(env: gymnasium.Env) -> bool:
     """Whether ``env``'s wrapper chain includes gymnasium's ``RecordEpisodeStatistics``."""
     while isinstance(env, gymnasium.Wrapper):
@@ -78,10 +126,7 @@ class VectorEnv:
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self._obs_dtype = obs_dtype(self.observation_space)
-        self._returns = np.zeros(num_envs, np.float64)
-        self._lengths = np.zeros(num_envs, np.int64)
-        self._done_returns: list[float] = []
-        self._done_lengths: list[int] = []
+        self._tally = EpisodeTally(num_envs)
         self._checked_step = False
         self._self_reporting = [_records_episodes(env) for env in self.envs]
         self._actions: np.ndarray | None = None
@@ -90,8 +135,7 @@ class VectorEnv:
         obs = [env.reset(seed=self._seed + i)[0] for i, env in enumerate(self.envs)]
         for o in obs:
             self._check_obs(o, "reset()")
-        self._returns[:] = 0.0
-        self._lengths[:] = 0
+        self._tally.restart()
         return np.stack(obs).astype(self._obs_dtype, copy=False)
 
     def step(self, actions: np.ndarray) -> VectorStep:
@@ -123,23 +167,15 @@ class VectorEnv:
             if not self._checked_step:
                 self._check_obs(o, "step()")
             if self._self_reporting[i] and "episode" in info:
-                self._done_returns.append(float(info["episode"]["r"]))
-                self._done_lengths.append(int(info["episode"]["l"]))
+                self._tally.record(float(info["episode"]["r"]), int(info["episode"]["l"]))
             reward[i], terminated[i], truncated[i] = r, te, tr
             final_obs[i] = o
             if te or tr:
                 o, _ = env.reset()
             next_obs[i] = o
         self._checked_step = True
-        self._returns += reward
-        self._lengths += 1
         ended = terminated | truncated
-        if ended.any():
-            counted = ended & ~np.asarray(self._self_reporting)
-            self._done_returns.extend(self._returns[counted].tolist())
-            self._done_lengths.extend(self._lengths[counted].tolist())
-            self._returns[ended] = 0.0
-            self._lengths[ended] = 0
+        self._tally.add(reward, ended, counted=ended & ~np.asarray(self._self_reporting))
         return VectorStep(
             np.stack(next_obs).astype(self._obs_dtype, copy=False),
             reward,
@@ -150,9 +186,7 @@ class VectorEnv:
 
     def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes completed since the last call."""
-        out = np.asarray(self._done_returns, np.float32), np.asarray(self._done_lengths, np.int32)
-        self._done_returns, self._done_lengths = [], []
-        return out
+        return self._tally.pop()
 
     def close(self) -> None:
         for env in self.envs:
