@@ -111,7 +111,9 @@ class DeviceProgram:
         number of members."""
         init = jax.jit(self._init_one)
         states = [init(jnp.int32(m.seed), {k: jnp.float32(v) for k, v in m.hyper.items()}) for m in self.members]
-        state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        # Strongly typed, as every call's output state is: a weakly typed leaf (gymnax's Pendulum
+        # resets ``last_u`` to a Python 0.0) would make the second call compile the program again.
+        state = jax.tree.map(lambda *xs: jax.lax.convert_element_type(jnp.stack(xs), xs[0].dtype), *states)
         return state._replace(pbt=init_state(len(self.members))) if self.config.device.pbt else state
 
     def _init_one(self, seed: Array, hyper: dict[str, Array]) -> AnakinState:
