@@ -11,12 +11,14 @@ actions back from the inputs (:func:`legal_inputs`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:  # to_distrax imports it when called: a rollout worker never needs it (0.5 s of its start)
+    import distrax
 
 Array = jax.Array
 
@@ -83,6 +85,8 @@ class Categorical:
         return sample_categorical(rng, inputs)
 
     def to_distrax(self, inputs: Array) -> distrax.Distribution:
+        import distrax
+
         return distrax.Categorical(logits=inputs)
 
     to_env = staticmethod(identity_action)
@@ -154,6 +158,8 @@ class MultiCategorical:
         return np.stack([a for a, _ in draws], axis=-1), np.asarray(logp)
 
     def to_distrax(self, inputs: Array) -> distrax.Distribution:
+        import distrax
+
         return distrax.Independent(distrax.Categorical(logits=self._padded(inputs)), 1)
 
     to_env = staticmethod(identity_action)
@@ -193,6 +199,8 @@ class Greedy:
         return inputs.argmax(axis=-1).astype(np.int32), np.zeros(inputs.shape[0], np.float32)
 
     def to_distrax(self, inputs: Array) -> distrax.Distribution:
+        import distrax
+
         return distrax.Deterministic(self.mode(inputs))
 
     to_env = staticmethod(identity_action)

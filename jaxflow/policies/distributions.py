@@ -12,14 +12,16 @@ from a gymnasium action space; the classes live in :mod:`~jaxflow.policies.categ
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import distrax
 import jax
 import numpy as np
 
 from jaxflow.policies.categorical import Categorical, MultiCategorical
 from jaxflow.policies.gaussian import BoxBounds, Deterministic, Gaussian, SquashedGaussian
+
+if TYPE_CHECKING:  # to_distrax imports it when called: a rollout worker never needs it (0.5 s of its start)
+    import distrax
 
 Array = jax.Array
 

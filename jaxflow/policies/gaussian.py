@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+if TYPE_CHECKING:  # to_distrax imports it when called: a rollout worker never needs it (0.5 s of its start)
+    import distrax
 
 Array = jax.Array
 
@@ -116,6 +118,8 @@ class Gaussian:
         return actions, gaussian_log_prob(mean, log_std, actions).astype(np.float32)
 
     def to_distrax(self, inputs: Array) -> distrax.Distribution:
+        import distrax
+
         mean, log_std = split_gaussian(inputs)
         return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
 
@@ -170,6 +174,8 @@ class SquashedGaussian:
         return np.tanh(u).astype(np.float32), logp.astype(np.float32)
 
     def to_distrax(self, inputs: Array) -> distrax.Distribution:
+        import distrax
+
         mean, log_std = split_gaussian(inputs)
         base = distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
         return distrax.Transformed(base, distrax.Block(distrax.Tanh(), ndims=1))
@@ -214,6 +220,8 @@ class Deterministic:
         return np.tanh(inputs).astype(np.float32), np.zeros(inputs.shape[0], np.float32)
 
     def to_distrax(self, inputs: Array) -> distrax.Distribution:
+        import distrax
+
         return distrax.Independent(distrax.Deterministic(self.mode(inputs)), 1)
 
     def to_env(self, actions: Any) -> Any:
