@@ -63,13 +63,15 @@ class RowsHolder:
 
 
 def stored_update_equals_single(group: LearnerGroup, single, rng: np.random.Generator) -> None:
-    """Rows stored by a live actor in fragments of 40, 24 and 64 (the processes' blocks of
+    """Rows stored by a live actor in fragments of 100, 60 and 96 (the processes' blocks of
     128 cross fragment boundaries): the group fetches them and standardizes the advantages
-    over all 128 (global mean and std), as one learner given the joined batch does."""
+    over all 256 (global mean and std), as one learner given the joined batch does. (256
+    rows, as the other updates: nothing compiles again.)"""
     holder = RowsHolder.remote()
-    fragments = [random_ppo_batch(n, rng) for n in (40, 24, 64)]
+    sizes = (100, 60, 96)
+    fragments = [random_ppo_batch(n, rng) for n in sizes]
     refs = [ray.get(holder.store.remote(f))[0] for f in fragments]
-    stored = StoredRows(tuple(refs), (40, 24, 64), 128, standardize=("advantages",))
+    stored = StoredRows(tuple(refs), sizes, sum(sizes), standardize=("advantages",))
     joined = {k: np.concatenate([f[k] for f in fragments]) for k in fragments[0]}
     version = single.version
     expected, got = single.update(standardize_fields(joined, ["advantages"])), group.update(stored)
@@ -79,8 +81,8 @@ def stored_update_equals_single(group: LearnerGroup, single, rng: np.random.Gene
     # The holder dies before the learners fetch (a worker lost after sampling): the batch is
     # skipped by every process alike, and the next one trains. (Rows this large stay in the
     # object store; Ray inlines small ones into the reply, as it did above.)
-    large = dict(fragments[2], padding=np.zeros((64, 1024), np.float32))
-    lost = StoredRows((ray.get(holder.store.remote(large))[0],), (64,), 64)
+    large = dict(fragments[2], padding=np.zeros((sizes[2], 1024), np.float32))
+    lost = StoredRows((ray.get(holder.store.remote(large))[0],), sizes[2:], sizes[2])
     ray.kill(holder)
     wait_until_lost(lost.refs[0])
     assert group.update(lost) == {BATCHES_LOST: 1.0}
