@@ -121,6 +121,7 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
 
     replay = envs.ALEVectorEnv("ALE/Pong-v5", 2, config.seed, config.env_config, num_threads=1)
     np.testing.assert_array_equal(replay.reset(), d["obs"][0])
+    value = jax.jit(policy.apply)  # one compilation, not one per operation of the network
     truncations = 0
     for t in range(20):
         step = replay.step(d["actions"][t])
@@ -128,7 +129,7 @@ def test_ale_worker_fragment_matches_a_replay_of_its_actions(groups):
         expected = step.reward.astype(np.float64)
         if cut.any():
             truncations += cut.sum()
-            expected = expected + config.gamma * cut * np.asarray(policy.apply(params, step.final_obs)[1])
+            expected = expected + config.gamma * cut * np.asarray(value(params, step.final_obs)[1])
         np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-6)
         np.testing.assert_array_equal(d["discounts"][t], np.float32(config.gamma) * ~(step.terminated | step.truncated))
         np.testing.assert_array_equal(step.obs, d["obs"][t + 1] if t < 19 else d["last_obs"])
