@@ -10,6 +10,7 @@ import time
 import jax
 import numpy as np
 import pytest
+from traces import traced
 
 from jaxflow import RolloutWorker, WorkerSpec, envs, get_algorithm, make_config, make_vector_envs
 from jaxflow.api.ray_program import build_learner
@@ -227,3 +228,29 @@ def test_an_env_error_in_the_sampler_thread_reaches_the_caller():
         with pytest.raises(envs.EnvSpaceError, match="test/WrongObservationShape-v0"):
             worker.sample()
     worker.close()
+
+
+@pytest.mark.parametrize(
+    "name, env, settings",
+    [
+        ("PPO", "CartPole-v1", {"lstm_size": 16}),
+        ("SAC", "Pendulum-v1", {}),
+        ("Rainbow", "CartPole-v1", {"noisy": True}),
+    ],
+    ids=["recurrent", "squashed-gaussian", "noisy-q"],
+)
+def test_a_worker_compiles_its_policy_once(name, env, settings):
+    """After the first fragments, new weights and more fragments trace nothing: a worker that
+    compiled again (a weakly typed input, a shape or a static argument that changes between
+    fragments) would pay a compilation every fragment or every weight sync."""
+    spec = get_algorithm(name)
+    config = make_config(spec.config_cls, env=env, num_workers=1, seed=0, **settings)
+    policy, learner = build_learner(config, spec)
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
+    worker.set_weights(learner.get_weights(), 0)
+    worker.sample(), worker.sample()
+    with traced() as names:
+        worker.set_weights(learner.get_weights(), 1)
+        for _ in range(3):
+            worker.sample()
+    assert names == []
