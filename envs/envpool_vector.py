@@ -1,7 +1,8 @@
 """envpool's threaded C++ vector environments (``envpool.make_gymnasium``) behind the interface
 of :class:`envs.VectorEnv`: the rollout workers' backend with ``vector_env="envpool"`` for the
-ids and settings :mod:`envs.envpool_config` allows, and with ``vector_env="auto"`` for the ids
-of its ``ENVPOOL_IDS``.
+ids and settings :mod:`envs.envpool_config` allows. ``vector_env="auto"`` never picks it: a seed
+gives other episodes with envpool than with gymnasium, so a run would depend on which extras
+happen to be installed.
 
 envpool resets an ended episode on the *next* step (its ``NEXT_STEP`` autoreset: that step
 ignores the action and returns the reset observation with reward 0), while jaxflow's vector

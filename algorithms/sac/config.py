@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxflow.config import OffPolicyConfig, OptimizerConfig, RolloutConfig
+from jaxflow.config import NO_CLIPPING, OffPolicyConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param
-
-NO_CLIPPING = 1e6
-"""A gradient norm no update here reaches: SAC's paper does not clip gradients."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from jaxflow.algorithms.sac.config import NO_CLIPPING, ActorCriticsConfig
-from jaxflow.config import OptimizerConfig
+from jaxflow.algorithms.sac.config import ActorCriticsConfig
+from jaxflow.config import NO_CLIPPING, OptimizerConfig
 from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, param
 
 

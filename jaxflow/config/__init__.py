@@ -24,7 +24,7 @@ from jaxflow.config.fields import (
     require,
     validate,
 )
-from jaxflow.config.groups import DeviceConfig, DistributedReplayConfig, OptimizerConfig, RolloutConfig
+from jaxflow.config.groups import NO_CLIPPING, DeviceConfig, DistributedReplayConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import StrictKeywords, flat_names, make_config, replace_config, resolve
 from jaxflow.config.off_policy import OffPolicyConfig
 from jaxflow.config.parsing import (
@@ -42,6 +42,7 @@ __all__ = [
     "FREE_CPU_PATIENCE_S",
     "INCARNATION_SEED_STRIDE",
     "NON_NEGATIVE",
+    "NO_CLIPPING",
     "POLL_S",
     "POSITIVE",
     "STARTUP_TIMEOUT_S",

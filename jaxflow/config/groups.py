@@ -153,6 +153,11 @@ class DeviceConfig(StrictKeywords):
         validate(self)
 
 
+NO_CLIPPING = 1e6
+"""A gradient norm no update reaches: a ``max_grad_norm`` this large or larger clips nothing,
+and the learner computes no norm for it (SAC's and TD3's papers do not clip gradients)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(StrictKeywords):
     """The learner's optimizer: Adam with its gradients clipped by global norm."""
@@ -160,7 +165,7 @@ class OptimizerConfig(StrictKeywords):
     lr: float = param(3e-4, POSITIVE)
     """Learning rate of the Adam optimizer."""
     max_grad_norm: float = param(0.5, POSITIVE)
-    """Gradients are clipped to this global norm."""
+    """Gradients are clipped to this global norm (none at ``NO_CLIPPING`` or above)."""
     on_nonfinite: Literal["raise", "skip"] = "raise"
     """An SGD step whose loss or gradient is NaN or infinite leaves the parameters and the
     optimizer state as they were, then the run stops ("raise") or goes on, the step counted

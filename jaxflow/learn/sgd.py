@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxflow.config.groups import NO_CLIPPING
+
 LossFn = Callable[[Any, Mapping[str, jax.Array], jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
 
 
@@ -57,8 +59,15 @@ class TrainState(NamedTuple):
 
 
 def make_optimizer(lr: float, max_grad_norm: float) -> optax.GradientTransformation:
-    """Adam with global-norm gradient clipping, the default of every algorithm here."""
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
+    """Adam with global-norm gradient clipping, the default of every algorithm here.
+
+    A plain ``max_grad_norm`` of :data:`~jaxflow.config.NO_CLIPPING` or more clips nothing
+    and skips the norm (about 7% of TD3's update on the CPU); ``optax.identity`` takes the
+    clipping's place, so the optimizer state has the same structure either way.
+    """
+    unclipped = isinstance(max_grad_norm, (int, float)) and max_grad_norm >= NO_CLIPPING
+    clip = optax.identity() if unclipped else optax.clip_by_global_norm(max_grad_norm)
+    return optax.chain(clip, optax.adam(lr, eps=1e-5))
 
 
 def optimizer_update(optimizer: optax.GradientTransformation, grads: Any, state: TrainState) -> tuple[Any, Any]:

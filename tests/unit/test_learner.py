@@ -17,9 +17,10 @@ import numpy as np
 import optax
 import pytest
 
+from jaxflow.config import NO_CLIPPING
 from jaxflow.learn.learner import Learner
 from jaxflow.learn.reduce import flat_by_default
-from jaxflow.learn.sgd import minibatch_indices, sgd_update, shard_blocks, take_rows
+from jaxflow.learn.sgd import make_optimizer, minibatch_indices, sgd_update, shard_blocks, take_rows
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,6 +64,24 @@ def test_one_update_equals_a_manual_sgd_step():
 
     learner.update(batch)
     assert learner.version == 2
+
+
+def test_no_clipping_is_adam_alone_and_keeps_the_optimizer_states_structure():
+    # At NO_CLIPPING the clipping is left out (no norm computed); the state keeps its
+    # structure, so a checkpoint restores whichever side of the threshold it was made on.
+    params = {"w": jnp.arange(3.0), "b": jnp.ones(())}
+    grads = {"w": jnp.array([3e5, -4e5, 1.0]), "b": jnp.array(2.0)}
+    unclipped, clipped = make_optimizer(1e-3, NO_CLIPPING), make_optimizer(1e-3, 1.0)
+    assert jax.tree.structure(unclipped.init(params)) == jax.tree.structure(clipped.init(params))
+    plain = optax.adam(1e-3, eps=1e-5)
+    got, _ = unclipped.update(grads, unclipped.init(params), params)
+    want, _ = plain.update(grads, plain.init(params), params)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    scaled = jax.tree.map(lambda g: g / 5e5, grads)  # the global norm is 5e5: clipping to 1 divides by it
+    got, _ = clipped.update(grads, clipped.init(params), params)
+    want, _ = plain.update(scaled, plain.init(params), params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), got, want)
+    assert abs(float(got["b"])) < 0.5e-3  # Adam's eps shows the clipping: 4e-6 / (4e-6 + 1e-5) of the lr
 
 
 def test_epochs_times_minibatches_optimizer_steps():

@@ -115,3 +115,32 @@ def test_skipping_the_actors_gradient_between_its_steps_equals_delayed_adam_on_f
         p = optax.apply_updates(p, updates)
     assert int(fast.step) == steps
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), fast.params, p)
+
+
+def test_the_actor_loss_metric_is_the_actors_loss_over_each_policy_delay_steps():
+    # Between actor steps the actor loss is not computed: its metric is policy_delay times the
+    # loss on actor steps and 0 in between, so every policy_delay steps average to the loss.
+    config = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(16,), policy_delay=2)
+    pol = policy(config, OBS, ACT)
+    opt = optimizer(config)(1e-3, 1e6)
+    state = TrainState.create(pol.init(jax.random.PRNGKey(0)), opt, jax.random.PRNGKey(1), target_network=True)
+    rng = np.random.default_rng(1)
+    batch = {
+        "obs": jnp.asarray(rng.normal(size=(16, 3)), jnp.float32),
+        "next_obs": jnp.asarray(rng.normal(size=(16, 3)), jnp.float32),
+        "actions": jnp.asarray(rng.uniform(-1, 1, (16, 2)), jnp.float32),
+        "rewards": jnp.asarray(rng.normal(size=16), jnp.float32),
+        "discounts": jnp.full(16, 0.99, jnp.float32),
+        "weights": jnp.ones(16, jnp.float32),
+    }
+    step = jax.jit(lambda s: sgd_step(bind_loss(loss, pol, config), opt, s, batch))
+    unskipped = jax.jit(lambda s: loss(s.params, batch, s.rng, s.target_params, policy=pol, config=config)[1])
+    reported, actor = [], []
+    for _ in range(4):
+        actor.append(float(unskipped(state)["actor_loss"]))  # the loss at this step's params
+        state, metrics = step(state)
+        reported.append(float(metrics["actor_loss"]))
+    assert reported[1] == reported[3] == 0.0
+    assert reported[0] == pytest.approx(2 * actor[0], rel=1e-6) and reported[2] == pytest.approx(2 * actor[2], rel=1e-6)
+    assert np.mean(reported) == pytest.approx(np.mean([actor[0], actor[2]]), rel=1e-6)
+    assert actor[0] != pytest.approx(actor[2])  # the actor stepped in between
