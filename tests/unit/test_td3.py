@@ -20,6 +20,19 @@ from jaxflow.learn import TrainState, bind_loss, make_optimizer, sgd_step, sgd_u
 OBS, ACT = gymnasium.spaces.Box(-1.0, 1.0, (3,)), gymnasium.spaces.Box(-2.0, 2.0, (2,))
 
 
+def transitions(n: int, seed: int) -> dict[str, jax.Array]:
+    """``n`` random replayed transitions of OBS and ACT's shapes."""
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": jnp.asarray(rng.normal(size=(n, 3)), jnp.float32),
+        "next_obs": jnp.asarray(rng.normal(size=(n, 3)), jnp.float32),
+        "actions": jnp.asarray(rng.uniform(-1, 1, (n, 2)), jnp.float32),
+        "rewards": jnp.asarray(rng.normal(size=n), jnp.float32),
+        "discounts": jnp.full(n, 0.99, jnp.float32),
+        "weights": jnp.ones(n, jnp.float32),
+    }
+
+
 def test_smoothed_target_actions_clip_the_noise_and_the_action():
     mu = jnp.array([[0.0, 0.95], [-0.5, -1.0]])
     out = smoothed_target_actions(jax.random.PRNGKey(0), mu, noise=10.0, noise_clip=0.5)
@@ -36,15 +49,7 @@ def test_the_actor_steps_every_policy_delay_steps_and_the_critics_every_step():
     params = pol.init(jax.random.PRNGKey(0))
     opt = optimizer(config)(1e-3, 1e6)
     state = TrainState.create(params, opt, jax.random.PRNGKey(1), target_network=True)
-    rng = np.random.default_rng(0)
-    batch = {
-        "obs": jnp.asarray(rng.normal(size=(16, 3)), jnp.float32),
-        "next_obs": jnp.asarray(rng.normal(size=(16, 3)), jnp.float32),
-        "actions": jnp.asarray(rng.uniform(-1, 1, (16, 2)), jnp.float32),
-        "rewards": jnp.asarray(rng.normal(size=16), jnp.float32),
-        "discounts": jnp.full(16, 0.99, jnp.float32),
-        "weights": jnp.ones(16, jnp.float32),
-    }
+    batch = transitions(16, seed=0)
 
     @jax.jit  # one compile; run op by op, six steps took 15 s
     def step(s):
@@ -84,16 +89,8 @@ def test_skipping_the_actors_gradient_between_its_steps_equals_delayed_adam_on_f
     config = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(16,), policy_delay=3)
     pol = policy(config, OBS, ACT)
     params = pol.init(jax.random.PRNGKey(0))
-    rng = np.random.default_rng(0)
     n, steps = 8, 7
-    batch = {
-        "obs": jnp.asarray(rng.normal(size=(n * steps, 3)), jnp.float32),
-        "next_obs": jnp.asarray(rng.normal(size=(n * steps, 3)), jnp.float32),
-        "actions": jnp.asarray(rng.uniform(-1, 1, (n * steps, 2)), jnp.float32),
-        "rewards": jnp.asarray(rng.normal(size=n * steps), jnp.float32),
-        "discounts": jnp.full(n * steps, 0.99, jnp.float32),
-        "weights": jnp.ones(n * steps, jnp.float32),
-    }
+    batch = transitions(n * steps, seed=0)
     opt = optimizer(config)(1e-3, 1e6)
     state = TrainState.create(params, opt, jax.random.PRNGKey(1), target_network=True)
     fast, _ = jax.jit(lambda s, b: sgd_update(bind_loss(loss, pol, config), opt, 1, n, s, b))(state, batch)
@@ -124,15 +121,7 @@ def test_the_actor_loss_metric_is_the_actors_loss_over_each_policy_delay_steps()
     pol = policy(config, OBS, ACT)
     opt = optimizer(config)(1e-3, 1e6)
     state = TrainState.create(pol.init(jax.random.PRNGKey(0)), opt, jax.random.PRNGKey(1), target_network=True)
-    rng = np.random.default_rng(1)
-    batch = {
-        "obs": jnp.asarray(rng.normal(size=(16, 3)), jnp.float32),
-        "next_obs": jnp.asarray(rng.normal(size=(16, 3)), jnp.float32),
-        "actions": jnp.asarray(rng.uniform(-1, 1, (16, 2)), jnp.float32),
-        "rewards": jnp.asarray(rng.normal(size=16), jnp.float32),
-        "discounts": jnp.full(16, 0.99, jnp.float32),
-        "weights": jnp.ones(16, jnp.float32),
-    }
+    batch = transitions(16, seed=1)
     step = jax.jit(lambda s: sgd_step(bind_loss(loss, pol, config), opt, s, batch))
     unskipped = jax.jit(lambda s: loss(s.params, batch, s.rng, s.target_params, policy=pol, config=config)[1])
     reported, actor = [], []
