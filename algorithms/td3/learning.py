@@ -81,9 +81,10 @@ def loss(
     for DDPG) plus the actor loss ``-Q_1(s, mu(s))``; the critics take no gradient from the
     actor loss. How often the actor steps is the optimizer's business (:func:`optimizer`);
     given the SGD ``step``, the actor loss and its gradient are computed only on the steps
-    that apply it (a ``lax.cond``: about 5% of the update). Its metric ``actor_loss`` is then
-    ``policy_delay`` times the loss on those steps and 0 in between, so its mean over any
-    ``policy_delay`` consecutive SGD steps (an update's, a report's) is the actor's loss."""
+    that apply it (a ``lax.cond``; evaluating it in between cost about 5% of the update). Its
+    metric ``actor_loss`` is then ``policy_delay`` times the loss on those steps and 0 in
+    between, so its mean over any ``policy_delay`` consecutive SGD steps (an update's, a
+    report's) is the actor's loss."""
     mu_t = jnp.tanh(actor_inputs(policy, target_params, batch["next_obs"]))
     a_t = smoothed_target_actions(rng, mu_t, config.target_noise, config.target_noise_clip)
     q_t = critic_values(policy, target_params, batch["next_obs"], a_t)
