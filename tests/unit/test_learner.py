@@ -77,6 +77,12 @@ def test_no_clipping_is_adam_alone_and_keeps_the_optimizer_states_structure():
     got, _ = unclipped.update(grads, unclipped.init(params), params)
     want, _ = plain.update(grads, plain.init(params), params)
     jax.tree.map(np.testing.assert_array_equal, got, want)
+
+    def reductions(opt):  # a global norm is a sum over every leaf; Adam alone reduces nothing
+        jaxpr = jax.make_jaxpr(lambda g: opt.update(g, opt.init(params), params))(grads)
+        return sum(e.primitive.name == "reduce_sum" for e in jaxpr.jaxpr.eqns)
+
+    assert reductions(unclipped) == 0 and reductions(clipped) > 0
     scaled = jax.tree.map(lambda g: g / 5e5, grads)  # the global norm is 5e5: clipping to 1 divides by it
     got, _ = clipped.update(grads, clipped.init(params), params)
     want, _ = plain.update(scaled, plain.init(params), params)
