@@ -65,6 +65,11 @@ def compiled_greedy(policy: Policy) -> tuple[Callable[..., Any], Callable[..., A
     return jax.jit(policy.greedy), jax.jit(policy.greedy_step)
 
 
+EVALUATION_BATCH = 16
+"""Episodes an evaluation plays side by side, one forward pass a step for all of them: the
+forward pass, not the env, is most of a greedy CartPole step on the host."""
+
+
 def evaluate_policy(
     config: Any,
     policy: Policy,
@@ -73,50 +78,77 @@ def evaluate_policy(
     seed: int | None = None,
     normalizer: Normalizer | None = None,
     video_dir: str | None = None,
-    kept: tuple[Any, tuple[Callable[..., Any], Callable[..., Any]]] | None = None,
+    kept: tuple[list[Any], tuple[Callable[..., Any], Callable[..., Any]]] | None = None,
 ) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
-    of ``config.env``, stepped on the host; observations normalized with ``normalizer``'s
-    statistics (fixed: evaluation counts nothing) where the run normalizes them. Returns are
-    the environment's own rewards, never scaled. With ``video_dir``, each episode is also
-    written there as ``episode_<k>.mp4`` (listed under ``videos``). Where ``config`` caps its
-    episodes (ES's and ARS's ``max_episode_length``), an episode ends there too. ``kept``: an
-    env of ``config.env`` and :func:`compiled_greedy`'s functions to play with (left open),
-    which an :class:`Evaluator` keeps from call to call (each episode is reset with its seed)."""
-    seed, owned = evaluation_seed(config, seed), None
-    if kept is None:
-        kept = (video_env(config, seed) if video_dir else make_env(config, seed)), compiled_greedy(policy)
-        owned = kept[0]  # closed at the end
-    env, (act, greedy_step) = kept
-    returns, lengths, videos = [], [], []
-    max_length = getattr(config, "max_episode_length", None)
-    for e in range(episodes):
-        obs, _ = env.reset(seed=seed + e)
-        if policy.recurrent:  # the state goes along within the episode, fresh for each
-            act = recurrent_greedy(greedy_step, policy.initial_state(1))
+    of ``config.env``, stepped on the host, up to :data:`EVALUATION_BATCH` side by side (episode
+    ``e`` is reset with seed ``seed + e`` whatever the batch); observations normalized with
+    ``normalizer``'s statistics (fixed: evaluation counts nothing) where the run normalizes
+    them. Returns are the environment's own rewards, never scaled. With ``video_dir``, each
+    episode is also written there as ``episode_<k>.mp4`` (listed under ``videos``), one episode
+    at a time. Where ``config`` caps its episodes (ES's and ARS's ``max_episode_length``), an
+    episode ends there too. ``kept``: envs of ``config.env`` (a list this call adds to where it
+    needs more) and :func:`compiled_greedy`'s functions to play with, left open, which an
+    :class:`Evaluator` keeps from call to call."""
+    seed = evaluation_seed(config, seed)
+    pool, compiled = kept if kept is not None else ([], compiled_greedy(policy))
+    batch = 1 if video_dir else min(episodes, EVALUATION_BATCH)
+    while len(pool) < batch:
+        pool.append((video_env if video_dir else make_env)(config, seed + len(pool)))
+    returns: list[float] = []
+    lengths: list[int] = []
+    videos: list[str] = []
+    for first in range(0, episodes, batch):  # the last batch's spare envs sit out: one compiled batch size
+        seeds = list(range(seed + first, seed + min(first + batch, episodes)))
         video = None
         if video_dir:
-            video = EpisodeVideo(
-                os.path.join(video_dir, f"episode_{e:03d}.mp4"), env.metadata.get("render_fps", DEFAULT_FPS)
-            )
-            video.add(env.render())
-        done, total, n = False, 0.0, 0
-        while not done:
-            action = greedy_env_actions(config, policy, act, params, np.asarray(obs)[None], normalizer)[0]
-            action = action.item() if action.ndim == 0 else action
-            obs, r, terminated, truncated, _ = env.step(action)
-            total, n = total + float(r), n + 1
-            done = terminated or truncated or n == max_length
-            if video is not None:
-                video.add(env.render())
-        if video is not None:
-            video.close()
+            fps = pool[0].metadata.get("render_fps", DEFAULT_FPS)
+            video = EpisodeVideo(os.path.join(video_dir, f"episode_{first:03d}.mp4"), fps)
             videos.append(video.path)
-        returns.append(total)
-        lengths.append(n)
-    if owned is not None:
-        owned.close()
+        r, n = play_greedy(config, policy, compiled, params, pool[:batch], seeds, normalizer, video)
+        returns, lengths = returns + r, lengths + n
+    if kept is None:
+        for env in pool:
+            env.close()
     return summarize_returns(returns, lengths=lengths, **({"videos": videos} if video_dir else {}))
+
+
+def play_greedy(
+    config: Any,
+    policy: Policy,
+    compiled: tuple[Callable[..., Any], Callable[..., Any]],
+    params: Any,
+    pool: Sequence[Any],
+    seeds: Sequence[int],
+    normalizer: Normalizer | None,
+    video: EpisodeVideo | None = None,
+) -> tuple[list[float], list[int]]:
+    """One episode in each of the first ``len(seeds)`` envs of ``pool`` (reset with those seeds),
+    played greedily to its end: their returns and lengths. Every env of ``pool`` is in each
+    forward pass (the spare ones with a copy of the first's observation, never stepped), so the
+    compiled batch size does not change. ``video`` records the first env's episode."""
+    act, greedy_step = compiled
+    if policy.recurrent:  # the state goes along within the episodes, fresh for each
+        act = recurrent_greedy(greedy_step, policy.initial_state(len(pool)))
+    obs = [np.asarray(env.reset(seed=s)[0]) for env, s in zip(pool, seeds)]
+    obs += [obs[0]] * (len(pool) - len(seeds))
+    if video is not None:
+        video.add(pool[0].render())
+    totals, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), np.int64)
+    playing = np.ones(len(seeds), bool)
+    max_length = getattr(config, "max_episode_length", None)
+    while playing.any():
+        actions = greedy_env_actions(config, policy, act, params, np.stack(obs), normalizer)
+        for i in np.flatnonzero(playing).tolist():
+            action = actions[i].item() if actions[i].ndim == 0 else actions[i]
+            o, r, terminated, truncated, _ = pool[i].step(action)
+            obs[i], totals[i], lengths[i] = np.asarray(o), totals[i] + float(r), lengths[i] + 1
+            playing[i] = not (terminated or truncated or lengths[i] == max_length)
+            if video is not None and i == 0:
+                video.add(pool[0].render())
+    if video is not None:
+        video.close()
+    return totals.tolist(), lengths.tolist()
 
 
 def make_env(config: Any, seed: int) -> Any:
@@ -171,13 +203,11 @@ class Evaluator:
             envs.adopt(env_entry)
         self.config, self.policy = config, policy
         self._compiled = compiled_greedy(policy)
-        self._env: Any = None  # made on the first evaluation, kept with the compiled policy: a new
-        # env and new jitted functions compiled anew each time (about 0.8 s of CPU a call)
+        self._envs: list[Any] = []  # made on the first evaluation, kept with the compiled policy: new
+        # envs and new jitted functions compiled anew each time (about 0.8 s of CPU a call)
 
     def evaluate(self, params: Any, episodes: int, seed: int, normalizer: Normalizer | None) -> dict[str, Any]:
-        if self._env is None:
-            self._env = make_env(self.config, evaluation_seed(self.config, seed))
-        kept = (self._env, self._compiled)
+        kept = (self._envs, self._compiled)
         return evaluate_policy(self.config, self.policy, params, episodes, seed, normalizer, kept=kept)
 
     def node_id(self) -> str:

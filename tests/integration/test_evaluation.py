@@ -7,7 +7,7 @@ import jax
 import numpy as np
 
 from jaxflow import Algorithm
-from jaxflow.rollout.evaluation import evaluate_policy
+from jaxflow.rollout.evaluation import EVALUATION_BATCH, compiled_greedy, evaluate_policy
 
 DEVICE = dict(env="gymnax/CartPole-v1", num_envs=8, iterations_per_call=2, seed=4)
 
@@ -49,3 +49,23 @@ def test_device_mode_plays_its_evaluation_episodes_in_one_compiled_call():
         abs(host["return_mean"] - device["return_mean"])
         <= 4 * (host["return_std"] + device["return_std"]) / 30**0.5 + 1
     )
+
+
+def test_host_evaluation_plays_its_episodes_side_by_side_as_it_would_one_by_one():
+    """Up to EVALUATION_BATCH episodes share each forward pass; every episode keeps its own seed,
+    so 20 episodes (a full batch of 16, then 4 beside 12 spare envs) score what each scores alone."""
+    algo = Algorithm.build("PPO", env="CartPole-v1", num_workers=0, seed=3)
+    try:
+        for _ in range(4):
+            algo.train()
+        config, policy, params = algo.config, algo.program.policy, algo.program.learner.get_weights()
+    finally:
+        algo.stop()
+    envs_kept: list = []
+    compiled = compiled_greedy(policy)
+    together = evaluate_policy(config, policy, params, 20, 50, kept=(envs_kept, compiled))
+    assert len(envs_kept) == EVALUATION_BATCH == 16 and compiled[0]._cache_size() == 1  # one batch size
+    alone = [evaluate_policy(config, policy, params, 1, 50 + e) for e in range(20)]
+    assert together["returns"] == [a["returns"][0] for a in alone]
+    assert together["lengths"] == [a["lengths"][0] for a in alone] == [int(r) for r in together["returns"]]
+    assert len(set(together["lengths"])) > 3  # the episodes differ, so a mix-up would show
