@@ -1,6 +1,6 @@
 """A tuned example's sample efficiency over seeds: env steps (and wall time) to its stated
 return, as ``jaxflow train --config examples/tuned/<name>.json --seed S`` runs it, for the
-file as it stands and for variants of its settings, one run at a time.
+file as it stands and for variants of its settings, one run at a time or ``--parallel N``.
 
 Each run is a fresh ``jaxflow train`` process (its own local Ray), so a run measures what a
 user's run does. A run that stops on its env-step budget below the stated return counts as
@@ -12,6 +12,7 @@ missed. Writes ``benchmarks/results/tuned_examples.{json,md,png}`` and prints th
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import statistics
@@ -38,8 +39,9 @@ def parse_vary(text: str) -> tuple[str, list[str]]:
     return name, sets.split(",")
 
 
-def run_once(example: str, sets: list[str], seed: int) -> dict[str, Any]:
-    """One ``jaxflow train`` of the example; its last result's env steps and return, and the wall time."""
+def run_once(example: str, sets: list[str], seed: int, metric: str) -> dict[str, Any]:
+    """One ``jaxflow train`` of the example; its last result's env steps, ``metric`` (a key
+    ``a/b`` is ``result[a][b]``; -inf where the result has none) and training return, and the wall time."""
     with tempfile.TemporaryDirectory(prefix="tuned-") as logdir:
         argv = [sys.executable, "-m", "jaxflow.api.cli", "train", "--config", example, "--seed", str(seed)]
         argv += [a for s in sets for a in ("--set", s)] + ["--logdir", logdir, "--overwrite", "--quiet"]
@@ -53,9 +55,18 @@ def run_once(example: str, sets: list[str], seed: int) -> dict[str, Any]:
     return {
         "seed": seed,
         "env_steps": int(last["env_steps_sampled"]),
-        "return": float(last["episode_return_mean"]),
+        "return": metric_value(last, metric),
+        "training_return": float(last["episode_return_mean"]),
         "wall_s": wall,
     }
+
+
+def metric_value(result: dict[str, Any], metric: str) -> float:
+    """``result``'s value of ``metric`` (``a/b``: ``result[a][b]``), -inf where it has none."""
+    value: Any = result
+    for part in metric.split("/"):
+        value = value.get(part) if isinstance(value, dict) else None
+    return float("-inf") if value is None else float(value)
 
 
 def summary(runs: list[dict[str, Any]], target: float) -> dict[str, Any]:
@@ -70,9 +81,9 @@ def summary(runs: list[dict[str, Any]], target: float) -> dict[str, Any]:
     }
 
 
-def table(example: str, target: float, variants: dict[str, dict[str, Any]]) -> str:
+def table(example: str, metric: str, target: float, variants: dict[str, dict[str, Any]]) -> str:
     lines = [
-        f"# `{example}`: env steps to {target:g}",
+        f"# `{example}`: env steps to {metric} {target:g}",
         "",
         "| variant | --set | reached | median env steps | max env steps | median wall s | per seed (env steps, return) |",
         "|---|---|---:|---:|---:|---:|---|",
@@ -91,7 +102,7 @@ def table(example: str, target: float, variants: dict[str, dict[str, Any]]) -> s
     return "\n".join(lines) + "\n"
 
 
-def plot(path: str, target: float, variants: dict[str, dict[str, Any]]) -> None:
+def plot(path: str, metric: str, target: float, variants: dict[str, dict[str, Any]]) -> None:
     """Env steps per seed, one column per variant; a missed seed drawn at its budget as an x."""
     import matplotlib
 
@@ -104,7 +115,7 @@ def plot(path: str, target: float, variants: dict[str, dict[str, Any]]) -> None:
             if "error" not in r:
                 ax.plot(i, r["env_steps"], "o" if r["return"] >= target else "x", color=f"C{i}")
     ax.set_xticks(range(len(variants)), list(variants))
-    ax.set_ylabel(f"env steps to return {target:g}")
+    ax.set_ylabel(f"env steps to {metric} {target:g}")
     save_figure(fig, path)
 
 
@@ -113,21 +124,24 @@ def main() -> None:
     parser.add_argument("--example", default="dqn-cartpole", help="a name under examples/tuned/")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--vary", action="append", default=[], help="NAME:FIELD=VALUE[,...], repeatable")
+    parser.add_argument("--parallel", type=int, default=1, help="runs at a time (CI runs 2 test processes)")
     args = parser.parse_args()
     example = os.path.join(ROOT, "examples", "tuned", f"{args.example}.json")
     with open(example, encoding="utf-8") as f:
-        target = float(json.load(f)["reaches"]["episode_return_mean"])
+        ((metric, target),) = json.load(f)["reaches"].items()
     variants: dict[str, dict[str, Any]] = {AS_IS: {"sets": []}}
     variants.update({name: {"sets": sets} for name, sets in map(parse_vary, args.vary)})
     for name, v in variants.items():
-        v["runs"] = []
-        for seed in args.seeds:
-            v["runs"].append(run_once(example, v["sets"], seed))
-            print(f"{name} seed {seed}: {v['runs'][-1]}", flush=True)
+        with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
+            runs = [pool.submit(run_once, example, v["sets"], seed, metric) for seed in args.seeds]
+            v["runs"] = [run.result() for run in runs]
+        for run in v["runs"]:
+            print(f"{name}: {run}", flush=True)
         v["summary"] = summary(v["runs"], target)
-    report = {"example": args.example, "target": target, "variants": variants, "machine": machine_info()}
-    write_report(RESULTS_DIR, "tuned_examples", report, table(args.example, target, variants))
-    plot(os.path.join(RESULTS_DIR, "tuned_examples.png"), target, variants)
+    report = {"example": args.example, "metric": metric, "target": target, "variants": variants}
+    report.update(parallel=args.parallel, machine=machine_info())
+    write_report(RESULTS_DIR, "tuned_examples", report, table(args.example, metric, target, variants))
+    plot(os.path.join(RESULTS_DIR, "tuned_examples.png"), metric, target, variants)
 
 
 if __name__ == "__main__":

