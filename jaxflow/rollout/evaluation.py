@@ -92,7 +92,7 @@ def evaluate_policy(
     :class:`Evaluator` keeps from call to call."""
     seed = evaluation_seed(config, seed)
     pool, compiled = kept if kept is not None else ([], compiled_greedy(policy))
-    batch = 1 if video_dir else min(episodes, EVALUATION_BATCH)
+    batch = 1 if video_dir else max(1, min(episodes, EVALUATION_BATCH))
     while len(pool) < batch:
         pool.append((video_env if video_dir else make_env)(config, seed + len(pool)))
     returns: list[float] = []
