@@ -57,7 +57,7 @@ from gymnasium.wrappers import (
 
 from jaxflow.envs.ale_vector import ALEVectorEnv, runs_in_ale_vector
 from jaxflow.envs.atari_config import AtariConfig, AtariConfigError, ale_py, atari_ids
-from jaxflow.envs.registry import EnvContext, register
+from jaxflow.envs.user_envs import EnvContext, register
 
 __all__ = [
     "ALEVectorEnv",

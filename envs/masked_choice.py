@@ -11,7 +11,7 @@ import gymnasium
 import numpy as np
 from gymnasium import spaces
 
-from jaxflow.envs.registry import EnvContext, register
+from jaxflow.envs.user_envs import EnvContext, register
 
 
 class MaskedChoice(gymnasium.Env):

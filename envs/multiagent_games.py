@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from jaxflow.envs.registry import register_multiagent
 from jaxflow.envs.two_agent import AGENTS, TwoAgentGame, ignoring_context
+from jaxflow.envs.user_envs import register_multiagent
 
 
 class _RepeatedTwoPlayerGame(TwoAgentGame):

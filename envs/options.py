@@ -21,7 +21,8 @@ from typing import Any
 
 import gymnasium
 
-from jaxflow.envs.registry import EnvEntry, custom_entry, entry
+from jaxflow.envs.registry import entry
+from jaxflow.envs.user_envs import EnvEntry, custom_entry
 
 USER_ONLY_OPTIONS = ("render_mode",)
 """Options a checkpoint may not set: they act on the user's machine (windows, files), not on

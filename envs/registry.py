@@ -24,16 +24,15 @@ A third kind, ``"multiagent"``, holds environments following PettingZoo's Parall
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import gymnasium
 
 from jaxflow.envs.flatten import flatten_observations
 from jaxflow.envs.popgym_envs import POPGYM_GYMNASIUM_PREFIX, POPGYM_PREFIX, popgym_class, popgym_ids
+from jaxflow.envs.user_envs import REGISTERED, REGISTERED_MULTIAGENT, EnvContext, EnvEntry, PlainFactory
 
 # Brax's and the JAX libraries' modules (jaxflow.envs.brax_envs, jax_library_adapters) are
 # imported where one of their ids is asked for: they import gymnax, and gymnax's own import
@@ -50,16 +49,6 @@ JAX_KINDS = ("gymnax", "brax", "jaxlib")
 """The kinds written in JAX: ``make`` returns ``(env, env_params)`` with gymnax's interface."""
 
 
-class EnvContext(NamedTuple):
-    """Where an environment instance lives; passed to factories so a run can give
-    each copy its own seed and so test environments can misbehave in one place only."""
-
-    worker_index: int = 0
-    vector_index: int = 0
-    incarnation: int = 0
-    seed: int = 0
-
-
 class UnknownEnvError(KeyError):
     """An id that no registry knows; the message lists the closest known ids."""
 
@@ -69,90 +58,6 @@ class UnknownEnvError(KeyError):
 
 class EnvKindError(ValueError):
     """A known id passed to the constructor of another kind, e.g. a multi-agent id to ``make``."""
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvEntry:
-    id: str
-    kind: Literal["gymnasium", "gymnax", "brax", "jaxlib", "multiagent"]
-    factory: Callable[..., Any]
-    description: str = ""
-
-
-_EXTRA: dict[str, EnvEntry] = {}
-_MULTIAGENT: dict[str, EnvEntry] = {}
-
-
-def register(env_id: str, factory: Callable[..., gymnasium.Env], description: str = "") -> None:
-    """Registers a CPU environment: ``factory(context: EnvContext, **kwargs) -> gymnasium.Env``."""
-    _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", factory, description)
-
-
-USER_PREFIX = "user/"
-"""Where :func:`register_factory` puts an environment passed as a factory."""
-
-
-@dataclasses.dataclass(frozen=True)
-class PlainFactory:
-    """A gymnasium-style ``factory(**env_config)`` behind the registry's ``(context, **env_config)``
-    convention (the context is not passed: the worker seeds the env through ``reset``)."""
-
-    plain: Callable[..., gymnasium.Env]
-
-    def __call__(self, context: EnvContext, **kwargs: Any) -> gymnasium.Env:
-        del context
-        return self.plain(**kwargs)
-
-
-def register_factory(factory: Callable[..., gymnasium.Env], description: str = "") -> str:
-    """Registers ``factory(**env_config) -> gymnasium.Env`` (a ``gymnasium.Env`` class, or a
-    function returning one, e.g. written in a notebook) as ``user/<its name>`` and returns that
-    id: what ``Algorithm.build(..., env=factory)`` trains. Ray workers get the factory with the
-    run, pickled by value where it was written in ``__main__`` or a notebook. A factory of the
-    same name replaces the one registered before, as re-running a notebook's cell redefines
-    a class; runs already started keep the one they were built with.
-
-    >>> import gymnasium
-    >>> class Corridor(gymnasium.Env): ...
-    >>> register_factory(Corridor)
-    'user/Corridor'
-    """
-    name = getattr(factory, "__qualname__", type(factory).__name__)
-    env_id = USER_PREFIX + name.replace("<locals>.", "").replace("<lambda>", "lambda")
-    _EXTRA[env_id] = EnvEntry(env_id, "gymnasium", PlainFactory(factory), description)
-    return env_id
-
-
-def register_jax(env_id: str, factory: Callable[..., tuple[Any, Any]], description: str = "") -> None:
-    """Registers an environment written in JAX to gymnax's interface (``reset_env``/``step_env``
-    over ``EnvParams``, as ``gymnax.environments.environment.Environment`` subclasses have):
-    ``factory(**env_config) -> (env, env_params)``. It trains in device mode as gymnax's own
-    ids do (and on Ray workers through the same CPU wrapper)."""
-    _EXTRA[env_id] = EnvEntry(env_id, "gymnax", functools.partial(_make_user_jax, factory), description)
-
-
-def _make_user_jax(factory: Callable[..., tuple[Any, Any]], env_id: str, **kwargs: Any) -> tuple[Any, Any]:
-    del env_id  # the registry passes it to every JAX factory; the user's knows its env
-    return factory(**kwargs)
-
-
-def register_multiagent(env_id: str, factory: Callable[..., ParallelEnv], description: str = "") -> None:
-    """Registers a multi-agent environment: ``factory(context: EnvContext, **kwargs) -> pettingzoo.ParallelEnv``."""
-    _MULTIAGENT[env_id] = EnvEntry(env_id, "multiagent", factory, description)
-
-
-def custom_entry(env_id: str) -> EnvEntry | None:
-    """The entry of an id added with :func:`register` or :func:`register_multiagent` in this
-    process (None for gymnasium's and gymnax's own ids). A run sends it to its Ray workers,
-    whose processes have not run the registration."""
-    return _EXTRA.get(env_id) or _MULTIAGENT.get(env_id)
-
-
-def adopt(e: EnvEntry) -> None:
-    """Registers an entry made in another process (see :func:`custom_entry`), unless this
-    process already knows the id."""
-    table = _MULTIAGENT if e.kind == "multiagent" else _EXTRA
-    table.setdefault(e.id, e)
 
 
 def _gymnax_ids() -> list[str]:
@@ -180,24 +85,24 @@ def list_envs(kind: str | None = None) -> list[str]:
     if kind in (None, "gymnasium"):
         # POPGym's own gymnasium ids (there once popgym is imported) are listed once, as popgym/ ids.
         ids += [i for i in gymnasium.registry if not i.startswith(POPGYM_GYMNASIUM_PREFIX)] + popgym_ids()
-        ids += [i for i, e in _EXTRA.items() if e.kind == "gymnasium"]
+        ids += [i for i, e in REGISTERED.items() if e.kind == "gymnasium"]
     if kind in (None, "gymnax"):
-        ids += _gymnax_ids() + [i for i, e in _EXTRA.items() if e.kind == "gymnax"]
+        ids += _gymnax_ids() + [i for i, e in REGISTERED.items() if e.kind == "gymnax"]
     if kind in (None, "brax"):
         ids += _brax_ids()
     if kind in (None, "jaxlib"):
         ids += _library_ids()
     if kind in (None, "multiagent"):
-        ids += list(_MULTIAGENT)
+        ids += list(REGISTERED_MULTIAGENT)
     return sorted(set(ids))
 
 
 def entry(env_id: str) -> EnvEntry:
     """The registry entry of ``env_id``; an unknown id raises with suggestions."""
-    if env_id in _EXTRA:
-        return _EXTRA[env_id]
-    if env_id in _MULTIAGENT:
-        return _MULTIAGENT[env_id]
+    if env_id in REGISTERED:
+        return REGISTERED[env_id]
+    if env_id in REGISTERED_MULTIAGENT:
+        return REGISTERED_MULTIAGENT[env_id]
     if env_id.startswith(GYMNAX_PREFIX) and env_id in _gymnax_ids():
         return EnvEntry(env_id, "gymnax", _make_gymnax)
     if env_id.startswith(BRAX_PREFIX) and env_id in _brax_ids():

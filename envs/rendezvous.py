@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 import gymnasium
 import numpy as np
 
-from jaxflow.envs.registry import register_multiagent
 from jaxflow.envs.two_agent import AGENTS, TwoAgentGame, ignoring_context
+from jaxflow.envs.user_envs import register_multiagent
 
 LINE_END = 1.0
 """Positions live on the segment ``[-LINE_END, LINE_END]``."""

@@ -11,7 +11,7 @@ import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
 
-from jaxflow.envs.registry import EnvContext
+from jaxflow.envs.user_envs import EnvContext
 
 AGENTS = ("agent_0", "agent_1")
 
@@ -101,7 +101,7 @@ class TwoAgentGame(ParallelEnv):
 
 def ignoring_context(game: Callable[..., ParallelEnv]) -> Callable[..., ParallelEnv]:
     """A registry factory for ``game``: these games are seeded through ``reset(seed=...)``,
-    as gymnasium envs are, so the :class:`~jaxflow.envs.registry.EnvContext` is not needed."""
+    as gymnasium envs are, so the :class:`~jaxflow.envs.user_envs.EnvContext` is not needed."""
 
     def factory(context: EnvContext, **kwargs: Any) -> ParallelEnv:
         del context

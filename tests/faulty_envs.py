@@ -24,7 +24,7 @@ from gymnax.environments.classic_control.cartpole import CartPole
 from gymnax.environments.classic_control.cartpole import EnvParams as CartPoleParams
 
 from jaxflow.envs.masked_choice import MaskedChoice
-from jaxflow.envs.registry import EnvContext, register, register_jax
+from jaxflow.envs.user_envs import EnvContext, register, register_jax
 
 
 class CrashAtStep(gymnasium.Wrapper):

@@ -13,7 +13,7 @@ from gymnasium import spaces
 
 from jaxflow import ConfigError, envs, get_algorithm, make_config
 from jaxflow.api import check_spaces, cli, env_spaces
-from jaxflow.envs.registry import EnvContext
+from jaxflow.envs.user_envs import EnvContext
 
 # gymnasium 1.3 registers Taxi as v4 (v3 is gone); the observation space is the same Discrete(500).
 TAXI = "Taxi-v4"
