@@ -19,6 +19,13 @@ def truncation_bootstrap(r_t: Any, terminated: Any, truncated: Any, gamma: float
     Reinforcement Learning"). Host rollouts use it through :func:`bootstrap_truncations`;
     device mode (``jaxflow.ondevice.rollout``) calls it inside its compiled scan.
 
+    For replay (DQN, SAC, TD3) ``v_final`` is the acting network's value when the step was
+    sampled, and the replayed transition keeps it, where SB3 stores the final observation and
+    bootstraps it from the target network at every replay: one transition per truncated
+    episode learns from a value that ages with the buffer. It is not what makes the tuned
+    DQN collapse late on CartPole: with the time limit moved out of reach, the run that had
+    collapsed collapsed again (``benchmarks/README.md``, ``tuned_examples.py``).
+
     Example:
         >>> r, d = truncation_bootstrap(np.ones(3), np.array([True, False, False]),
         ...                             np.array([False, True, False]), 0.5, np.full(3, 4.0))
