@@ -111,4 +111,4 @@ def actor_critics_policy(
     network = ActorCritics(
         distribution.num_inputs, distribution.action_shape[0], tuple(config.hidden_sizes), num_critics, initial_alpha
     )
-    return Policy(network, distribution, obs_shape)
+    return Policy(network, distribution, obs_shape, inputs_method="actor")

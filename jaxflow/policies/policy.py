@@ -89,6 +89,10 @@ class Policy:
     noisy: bool = False
     """Whether the network has noisy layers (:class:`~jaxflow.networks.noisy.NoisyDense`): acting
     passes a key and gets fresh noise on each call; greedy play passes none and uses the mean weights."""
+    inputs_method: str | None = None
+    """The network's method giving the distribution inputs alone (``"actor"``), for algorithms
+    whose rollouts read no value on their steps (SAC, TD3): a rollout worker's steps then skip
+    the value (the critics), and a truncated episode still bootstraps from :meth:`apply`'s."""
 
     def __post_init__(self) -> None:
         if self.action_mask and not isinstance(self.distribution, Categorical | Greedy):
@@ -143,6 +147,11 @@ class Policy:
         """``[B, D + 1]``: the distribution inputs, then the value, as one array, so that a
         rollout worker's step costs one compiled call and one transfer to the host."""
         return pack(*self.apply(params, obs, key))
+
+    def inputs_packed(self, params: Any, obs: Array) -> Array:
+        """:meth:`forward_packed`'s layout with a value of 0, from :attr:`inputs_method` alone."""
+        inputs: Array = self.network.apply(params, obs, method=self.inputs_method)  # type: ignore[assignment]
+        return pack(inputs, jnp.zeros(inputs.shape[:1], inputs.dtype))
 
     def sample_host(self, rng: np.random.Generator, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Samples actions in numpy from distribution inputs on the host (rollout workers)."""
@@ -218,6 +227,14 @@ def compiled_forward(policy: Policy, seed: int) -> Callable[..., Any]:
     forward = jax.jit(lambda params, obs, step: policy.forward_packed(params, obs, jax.random.fold_in(key, step)))
     steps = itertools.count()
     return lambda params, obs: forward(params, obs, next(steps))
+
+
+def compiled_acting(policy: Policy, forward: Callable[..., Any]) -> Callable[..., Any]:
+    """What a rollout worker steps with: :meth:`Policy.inputs_packed`, compiled, where the
+    policy has an :attr:`~Policy.inputs_method`; otherwise ``forward`` (:func:`compiled_forward`'s)."""
+    if policy.inputs_method is None or policy.recurrent or policy.noisy:
+        return forward
+    return jax.jit(policy.inputs_packed)
 
 
 def unpack(packed: Any) -> tuple[np.ndarray, np.ndarray]:

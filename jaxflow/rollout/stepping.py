@@ -116,7 +116,8 @@ class FragmentLoop:
         cfg = worker.config
         # The worker's parts bound once per fragment: the step methods read them on every step.
         self.envs, self.params, self.normalizer = worker.envs, params, worker.normalizer
-        self.current_obs, self.memory, self._forward = worker.current_obs, worker.memory, worker.forward
+        self.current_obs, self.memory = worker.current_obs, worker.memory
+        self._forward, self._act_forward = worker.forward, worker.act_forward
         self._choose, self._to_env = worker.choose_actions, worker.policy.distribution.to_env
         self._env_id, self._index, self._gamma = cfg.env, worker.index, cfg.gamma
         self._check_finite = cfg.rollout.check_finite
@@ -137,7 +138,7 @@ class FragmentLoop:
 
     def forward(self, g: int, obs: np.ndarray) -> Any:
         """Group ``g``'s packed policy outputs on ``obs``, dispatched (not waited for)."""
-        return self._forward(self.params, obs) if self.memory is None else self.memory.forward(self.params, g, obs)
+        return self._act_forward(self.params, obs) if self.memory is None else self.memory.forward(self.params, g, obs)
 
     def run(self) -> dict[str, np.ndarray]:
         """Steps the fragment; returns its fields."""

@@ -15,7 +15,7 @@ from jaxflow import envs
 from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow import placement
 from jaxflow.dataflow.iterators import _call
-from jaxflow.policies.policy import Policy, compiled_forward
+from jaxflow.policies.policy import Policy, compiled_acting, compiled_forward
 from jaxflow.policies.sequences import STATE_FIELD
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming
 from jaxflow.rollout.guards import PolicyOutputError, bad_output_message
@@ -73,6 +73,8 @@ class RolloutWorker:
         self.envs = make_vector_envs(cfg, seed, index, incarnation)
         self.policy = spec.policy
         self.forward = compiled_forward(spec.policy, seed)
+        self.act_forward = compiled_acting(spec.policy, self.forward)
+        """What the steps act with: :attr:`forward`, or the policy's inputs alone (SAC, TD3)."""
         self._postprocess = (
             HostPostprocess(functools.partial(spec.postprocess, config=cfg)) if spec.postprocess else None
         )

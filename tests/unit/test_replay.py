@@ -71,6 +71,18 @@ def test_alpha_zero_samples_uniformly_among_positive_priorities():
     assert counts[:10].sum() == 0 and counts[10:].min() > 0
 
 
+def test_alpha_zero_draws_uniformly_when_most_rows_have_priority_zero():
+    # 3 drawable rows in 3,000: the redraws rarely find them, so the sum-tree draws the rest.
+    p = np.zeros(3000)
+    p[[7, 1500, 2999]] = [0.1, 5.0, 1.0]
+    buffer = filled_buffer(p, alpha=0.0)
+    _, indices, weights = buffer.sample(30_000, np.random.default_rng(5), beta=0.4)
+    counts = np.bincount(indices, minlength=len(p))
+    assert counts.sum() == 30_000 and counts[p > 0].sum() == 30_000
+    assert stats.chisquare(counts[p > 0]).pvalue > 1e-3  # 10,000 each
+    np.testing.assert_array_equal(weights, np.ones(30_000, np.float32))
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.4, 1.0])
 def test_importance_weights_match_the_formula(beta):
     p = known_priorities()

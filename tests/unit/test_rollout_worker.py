@@ -69,6 +69,41 @@ def test_fragment_matches_the_network_and_a_replay_of_its_actions(sample_async):
     worker.close()
 
 
+def test_sac_worker_acts_with_the_actor_alone_and_bootstraps_time_limits_from_the_critics():
+    """SAC's steps read no value, so a worker acts with the actor alone (values 0), and a time
+    limit's reward still gets ``gamma * min_i Q_i(s_T, tanh(mean))`` of the final observation."""
+    spec = get_algorithm("SAC")
+    config = make_config(
+        spec.config_cls,
+        env="Pendulum-v1",
+        env_config={"max_episode_steps": 5},
+        num_workers=1,
+        rollout_fragment_length=8,
+        seed=3,
+    )
+    policy, learner = build_learner(config, spec)
+    params = learner.get_weights()
+    worker = RolloutWorker(WorkerSpec(config, policy), index=0)
+    worker.set_weights(params, 0)
+    assert worker.act_forward is not worker.forward
+    d = worker.sample().data
+    (replay,) = make_vector_envs(config, config.seed)
+    np.testing.assert_array_equal(replay.reset(), d["obs"][0])
+    inputs, _ = policy.apply(params, d["obs"].reshape(8, 3))
+    np.testing.assert_allclose(d["dist_inputs"], np.asarray(inputs).reshape(8, 1, 2), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(d["values"], np.zeros((8, 1), np.float32))
+    truncations = 0
+    for t in range(8):
+        step = replay.step(policy.distribution.to_env(d["actions"][t]))
+        expected = step.reward.astype(np.float64)
+        if step.truncated.any():
+            truncations += 1
+            expected = expected + config.gamma * np.asarray(policy.apply(params, step.final_obs)[1])
+        np.testing.assert_allclose(d["rewards"][t], expected, rtol=1e-5, atol=1e-5)
+    assert truncations == 1  # step 5 of 8 ends the first episode at its time limit
+    worker.close()
+
+
 def test_sample_timing_splits_the_workers_time_between_env_and_policy():
     # Every step of every copy sleeps 5 ms: the env's share is known from below, and the
     # rest of the fragment (a small MLP's forward passes, bookkeeping) is far cheaper.
