@@ -195,9 +195,7 @@ class PrioritizedReplayBuffer:
             raise ValueError(f"Cannot sample: none of the {self._size} stored items has a positive priority.")
         if self.alpha == 0:
             return self._uniform_indices(batch_size, rng), np.ones(batch_size, np.float32)
-        # random() is in [0, 1), but the product can round up to `total` itself.
-        mass = np.minimum(rng.random(batch_size) * total, np.nextafter(total, 0.0))
-        indices = self._tree.find(mass)
+        indices = self._tree_draws(batch_size, rng)
         # N and the normalizer sum(p^alpha) cancel in the ratio to the largest weight. Logs,
         # because the ratio of two masses can overflow float64; the floor keeps the contract
         # w > 0 where float32 would round a vanishing weight to 0.
@@ -216,9 +214,14 @@ class PrioritizedReplayBuffer:
                 return indices
             indices[missed] = rng.integers(0, self._size, missed.size)
         missed = np.flatnonzero(self._tree.get(indices) == 0)
-        total = self._tree.total
-        indices[missed] = self._tree.find(np.minimum(rng.random(missed.size) * total, np.nextafter(total, 0.0)))
+        indices[missed] = self._tree_draws(missed.size, rng)
         return indices
+
+    def _tree_draws(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` slots drawn i.i.d. in proportion to the sum-tree's masses."""
+        total = self._tree.total
+        # random() is in [0, 1), but the product can round up to `total` itself.
+        return self._tree.find(np.minimum(rng.random(n) * total, np.nextafter(total, 0.0)))
 
     def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
         """Sets new priorities (before ``alpha``) for stored slots, e.g. ``|TD error| + eps``.
