@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxflow import ReplayShards, envs
+from jaxflow import LocalReplay, ReplayShards, envs, replay_in_driver
 from jaxflow.algorithms.apex import plan as apex_plan
 from jaxflow.algorithms.dqn.replay import shard_actors, shard_settings
 from jaxflow.algorithms.r2d2.config import R2D2Config
@@ -220,21 +220,19 @@ def example_fragment(config: R2D2Config, policy: Policy, obs_space: gymnasium.Sp
     return dict(steps, **{STARTS_FIELD: np.zeros((T, E), bool), STATE_FIELD: state})
 
 
-def make_sequence_replay(config: R2D2Config) -> ReplayShards:
+def make_sequence_replay(config: R2D2Config) -> ReplayShards | LocalReplay:
     """``num_replay_shards`` sequence shards splitting ``buffer_size`` sequences, each actor's
     fragments on one of them; a rate limiter holding the learner to ``samples_per_insert``
     trained steps per env step (``spi / trace_length`` sequences replayed per env step
-    inserted), the slack one actor's fragment after a full replay request."""
+    inserted), the slack one actor's fragment after a full replay request. With
+    ``replay_in_driver``: the one shard in the driver's process."""
     per_step = config.samples_per_insert / config.trace_length  # sequences replayed per env step
     fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
     slack = per_step * fragment + config.distributed.replay_batch_size
-    return ReplayShards(
-        config.num_replay_shards,
-        **shard_settings(config, per_step, slack),
-        **shard_actors(config),
-        shard_cls=SequenceShard,
-        shard_options=shard_options(config),
-    )
+    shard = dict(shard_settings(config, per_step, slack), shard_cls=SequenceShard, shard_options=shard_options(config))
+    if replay_in_driver(config):
+        return LocalReplay(**shard)
+    return ReplayShards(config.num_replay_shards, **shard, **shard_actors(config))
 
 
 def shard_options(config: R2D2Config) -> dict[str, Any]:

@@ -36,6 +36,11 @@ class OffPolicyConfig(CommonConfig):
     custom_resources_per_replay_shard: dict = param(None, factory=dict)
     """Custom Ray resources each replay shard needs, e.g. ``{"replay": 1}``: shards then run
     only on nodes started with them, placed by ``placement_strategy``."""
+    replay_in_driver: bool = param(False)
+    """Keep the replay in the driver's process with rollout workers too (as with
+    ``num_workers=0``, always): each stored fragment and replayed batch then skips a trip
+    through a shard actor. The buffer takes the driver's memory and dies with it (its
+    checkpoint still saves and restores it). Needs one shard asking Ray for no resources."""
     n_step: int = param(3, POSITIVE)
     """Steps summed into each return before bootstrapping (1: one-step targets)."""
     target_update_period: int = param(100, POSITIVE)
@@ -69,6 +74,17 @@ class OffPolicyConfig(CommonConfig):
         super().__post_init__()
         check_resources(
             f"{type(self).__name__}.custom_resources_per_replay_shard", self.custom_resources_per_replay_shard
+        )
+        require(
+            not self.replay_in_driver
+            or (
+                self.num_replay_shards == 1
+                and self.num_cpus_per_replay_shard == 0
+                and not self.custom_resources_per_replay_shard
+            ),
+            "replay_in_driver=True keeps one replay in the driver's process: it needs num_replay_shards=1 "
+            f"(got {self.num_replay_shards}), num_cpus_per_replay_shard=0 (got {self.num_cpus_per_replay_shard}) "
+            f"and no custom_resources_per_replay_shard (got {self.custom_resources_per_replay_shard}).",
         )
         require(
             self.n_step < self.rollout.rollout_fragment_length or self.n_step == 1,

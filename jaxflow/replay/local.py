@@ -11,7 +11,7 @@ operators and checkpoints use, and writes the same checkpoint files.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,11 +23,12 @@ from jaxflow.replay.shard import ReplayShard
 
 
 def replay_in_driver(config: Any) -> bool:
-    """Whether ``config``'s replay can live in the driver's process: the driver samples
-    (``num_workers=0``), one shard holds it all, and the shard asks Ray for no resources
-    (CPUs or custom ones would place it where they are, maybe on another node)."""
+    """Whether ``config``'s replay lives in the driver's process: the config asks for it
+    (``replay_in_driver=True``) or the driver samples (``num_workers=0``), and either way one
+    shard holds it all and asks Ray for no resources (CPUs or custom ones would place it where
+    they are, maybe on another node)."""
     return (
-        config.rollout.num_workers == 0
+        (config.rollout.num_workers == 0 or getattr(config, "replay_in_driver", False))
         and config.num_replay_shards == 1
         and config.num_cpus_per_replay_shard == 0
         and not config.custom_resources_per_replay_shard
@@ -37,7 +38,8 @@ def replay_in_driver(config: Any) -> bool:
 class LocalReplay:
     """One :class:`ReplayShard` in this process, behind :class:`ReplayShards`' interface.
 
-    Its shard is seeded as shard 0 of ``ReplayShards(1, seed=seed)``, so it draws the same
+    Its shard (a ``shard_cls`` built with ``shard_options``, as :class:`ReplayShards` builds
+    its actors) is seeded as shard 0 of ``ReplayShards(1, seed=seed)``, so it draws the same
     items; ``save`` and ``load`` write and read the same ``replay_shard_0.npz``, so a
     checkpoint moves between the two. The replay operators call :attr:`shard` directly
     (``StoreToReplay``, ``UpdatePriorities``) or through :meth:`sample` (``ParallelReplay``),
@@ -63,10 +65,21 @@ class LocalReplay:
         batch_size: int = 32,
         beta: float | Callable[[], float] = 0.4,
         sample_wait_s: float = 0.0,
+        shard_cls: type[ReplayShard] = ReplayShard,
+        shard_options: Mapping[str, Any] | None = None,
     ):
         self.capacity = capacity
         (shard_seed,) = np.random.SeedSequence(seed).spawn(1)
-        self.shard = ReplayShard(capacity, alpha, shard_seed, 0, samples_per_insert, min_size_to_sample, error_buffer)
+        self.shard = shard_cls(
+            capacity,
+            alpha,
+            shard_seed,
+            0,
+            samples_per_insert,
+            min_size_to_sample,
+            error_buffer,
+            **(shard_options or {}),
+        )
         self.batch_size, self.beta, self.sample_wait_s = batch_size, beta, sample_wait_s
 
     @property

@@ -102,6 +102,60 @@ def test_replay_lives_in_the_driver_without_workers_and_checkpoints_bit_exactly(
         restored.stop()
 
 
+def test_replay_in_driver_with_rollout_workers_stores_their_fragments_and_checkpoints(ray_local, tmp_path):
+    """replay_in_driver=True keeps the one shard in the driver's process with a rollout worker
+    too: every fragment the worker sent is stored there (no shard actor), TD errors become its
+    priorities, and a checkpoint restores it whole into the same kind of replay."""
+    algo = Algorithm.build("DQN", **dict(SMALL, replay_in_driver=True))
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert isinstance(algo.replay, LocalReplay) and type(algo.replay.shard) is ReplayShard
+        algo.save(str(tmp_path))
+        saved = algo.replay.shard.get_state()
+    finally:
+        algo.stop()
+    assert result["num_updates"] > 0
+    assert saved["inserted"] == result["env_steps_sampled"]  # the worker's fragments, every step
+    assert len(np.unique(saved["buffer"]["masses"])) > 2
+    restored = Algorithm.restore(str(tmp_path))
+    try:
+        assert isinstance(restored.replay, LocalReplay)
+        assert_same_state(restored.replay.shard.get_state(), saved)
+    finally:
+        restored.stop()
+
+
+@pytest.mark.parametrize("algo_name", ["APEX", "R2D2"])
+def test_learner_thread_plans_replay_from_the_driver_process_when_asked(ray_local, algo_name):
+    """Ape-X's plan (and R2D2's, with its sequence shard) runs on a replay in the driver's
+    process: the actors' fragments stored, the learner thread fed and its priorities applied."""
+    algo = Algorithm.build(
+        algo_name,
+        env="CartPole-v1",
+        num_workers=2,
+        num_replay_shards=1,
+        replay_in_driver=True,
+        learning_starts=200,
+        min_env_steps_per_iteration=1_000,
+        seed=1,
+    )
+    try:
+        # R2D2's shard never holds the actors back, so iterations may end before the learner
+        # thread's first (compiling) update: train until two iterations have updates, or 20.
+        results = [algo.train()]
+        while sum(r["num_updates"] > 0 for r in results) < 2 and len(results) < 20:
+            results.append(algo.train())
+        (stats,) = algo.replay.stats()
+        shard_cls = type(algo.replay.shard).__name__
+    finally:
+        algo.stop()
+    assert isinstance(algo.replay, LocalReplay)
+    assert shard_cls == {"APEX": "ReplayShard", "R2D2": "SequenceShard"}[algo_name]
+    assert stats["inserted"] == results[-1]["env_steps_sampled"] and stats["sampled"] > 0, (stats, results[-1])
+    assert results[-1]["num_updates"] > results[-2]["num_updates"] > 0, [r["num_updates"] for r in results]
+
+
 def test_killed_replay_shard_restarts_from_the_last_checkpoint(ray_local, tmp_path):
     algo = Algorithm.build("DQN", num_replay_shards=2, on_worker_failure="restart", **SMALL)
     try:

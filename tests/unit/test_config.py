@@ -392,3 +392,13 @@ def test_a_checks_nearest_allowed_value():
     below_one = Check(high=1.0, high_inclusive=False)
     assert below_one.nearest(1.0) == 1.0 - 2**-53 and below_one(below_one.nearest(1.2))
     assert Check(low=2, high=5).nearest(9) == 5
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"num_replay_shards": 2}, {"num_cpus_per_replay_shard": 1.0}, {"custom_resources_per_replay_shard": {"r": 1}}],
+)
+def test_replay_in_driver_needs_one_shard_asking_for_nothing(overrides):
+    with pytest.raises(ConfigError, match=r"replay_in_driver=True keeps one replay in the driver's process: it needs"):
+        make_config(DQNConfig, replay_in_driver=True, **overrides)
+    assert make_config(DQNConfig, **overrides).replay_in_driver is False
