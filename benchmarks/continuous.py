@@ -68,14 +68,15 @@ def run_jaxflow(run: Run, steps: int, workers: int) -> None:
     t0 = time.perf_counter()
     algo = Algorithm.build(run.algo, env=env, seed=run.seed, metrics_num_episodes=spec.window, **fields)
     try:
-        cpu = None if run.runner == "workers" else cpu_clock(getattr(algo.replay, "actors", []))
-        t1, cpu1 = time.perf_counter(), cpu() if cpu else 0.0
+        workers = [h for _, h in algo.program.workers.live()] if run.runner == "workers" else []
+        cpu = cpu_clock([*getattr(algo.replay, "actors", []), *workers])
+        t1, cpu1 = time.perf_counter(), cpu()
         result: dict[str, Any] = {}
         marks: list[Mark] = []
         while result.get(ENV_STEPS_SAMPLED, 0) < steps:
             result = algo.train()
             sampled, trained = int(result[ENV_STEPS_SAMPLED]), int(result[ENV_STEPS_TRAINED])
-            cpu_s = cpu() - cpu1 if cpu else None
+            cpu_s = cpu() - cpu1
             marks.append(Mark(sampled, time.perf_counter() - t1, trained // hp["batch_size"], cpu_s))
             run.curve.append([sampled, nan_to_none(float(result["episode_return_mean"]))])
     finally:

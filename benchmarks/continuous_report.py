@@ -21,7 +21,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
         mine = [r for r in runs if (r.env, r.algo, r.runner) == (env, algo, runner) and r.error is None]
         row: dict[str, Any] = {"env": env, "algo": algo, "runner": runner, "runs": len(mine)}
         row["failed_runs"] = sum((r.env, r.algo, r.runner) == (env, algo, runner) for r in runs) - len(mine)
-        for field in ("env_steps", "build_s", *RATES):
+        for field in ("env_steps", "build_s", "cpu_cores", *RATES):
             row[f"median_{field}"] = median_of_measured([getattr(r, field) for r in mine])
         row["median_final_return"] = median_of_measured([r.final_return for r in mine])
         row["median_curve"] = median_curve([r.curve for r in mine])
@@ -69,10 +69,10 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         (
             "| env | algo | runner | runs | env steps | env steps/s | steady env steps/s | steady grad steps/s "
-            "| steady CPU ms / grad step | final return | env steps/s / SBX | steady / SBX | grad steps/s / SBX "
-            "| CPU / grad step / SBX | build (s) |"
+            "| steady CPU ms / grad step | CPU cores busy | final return | env steps/s / SBX | steady / SBX "
+            "| grad steps/s / SBX | CPU / grad step / SBX | build (s) |"
         ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["summary"]:
         failed = f" ({r['failed_runs']} failed)" if r["failed_runs"] else ""
@@ -80,7 +80,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['env']} | {r['algo']} | {r['runner']} | {r['runs']}{failed} | {fmt(r['median_env_steps'], ',.0f')} "
             f"| {fmt(r['median_env_steps_per_s'], ',.0f')} | {fmt(r['median_steady_env_steps_per_s'], ',.0f')} "
             f"| {fmt(r['median_grad_steps_per_s'], ',.0f')} | {fmt(r['median_cpu_ms_per_grad_step'], '.2f')} "
-            f"| {fmt(r['median_final_return'], '.0f')} "
+            f"| {fmt(r['median_cpu_cores'], '.2f')} | {fmt(r['median_final_return'], '.0f')} "
             f"| {fmt(r['env_steps_per_s_over_sbx'], '.2f')} | {fmt(r['steady_env_steps_per_s_over_sbx'], '.2f')} "
             f"| {fmt(r['grad_steps_per_s_over_sbx'], '.2f')} | {fmt(r['cpu_ms_per_grad_step_over_sbx'], '.2f')} "
             f"| {fmt(r['median_build_s'], '.1f')} |"
@@ -89,16 +89,17 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         (
             "| env | algo | runner | seed | load at start | env steps | loop (s) | env steps/s | steady env steps/s "
-            "| steady grad steps/s | CPU ms / grad step | final return | error |"
+            "| steady grad steps/s | CPU ms / grad step | CPU cores busy | final return | error |"
         ),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in report["runs"]:
         lines.append(
             f"| {r['env']} | {r['algo']} | {r['runner']} | {r['seed']} | {r['load_at_start']:.2f} "
             f"| {fmt(r['env_steps'], ',d')} | {fmt(r['loop_s'], '.1f')} | {fmt(r['env_steps_per_s'], ',.0f')} "
             f"| {fmt(r['steady_env_steps_per_s'], ',.0f')} | {fmt(r['grad_steps_per_s'], ',.0f')} "
-            f"| {fmt(r['cpu_ms_per_grad_step'], '.2f')} | {fmt(r['final_return'], '.0f')} | {r['error'] or ''} |"
+            f"| {fmt(r['cpu_ms_per_grad_step'], '.2f')} | {fmt(r.get('cpu_cores'), '.2f')} "
+            f"| {fmt(r['final_return'], '.0f')} | {r['error'] or ''} |"
         )
     return "\n".join(lines) + "\n"
 

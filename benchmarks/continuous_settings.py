@@ -109,7 +109,8 @@ def jaxflow_fields(hp: dict[str, Any], algo: str, runner: str, workers: int) -> 
     elif runner == "device-many":
         fields.update(mode="device", **DEVICE_MANY)
     else:
-        fields.update(mode="ray", num_workers=num_workers)
+        # The replay stays in the driver's process with workers too: no shard actor's round trip.
+        fields.update(mode="ray", num_workers=num_workers, replay_in_driver=True)
     if algo == "SAC":
         fields["initial_alpha"] = hp["initial_alpha"]
     else:
@@ -178,8 +179,11 @@ class Run:
     """Gradient steps / seconds, both after the second curve point."""
     cpu_ms_per_grad_step: float | None = None
     """CPU milliseconds of the run's processes per gradient step, after the second curve point:
-    what a loaded machine's wall clock cannot show (SBX's process; jaxflow's driver and its
-    replay shard actors, none with ``num_workers=0``; not measured for the workers runner)."""
+    what a loaded machine's wall clock cannot show (SBX's process; jaxflow's driver, its
+    rollout worker actors and replay shard actors, if any)."""
+    cpu_cores: float | None = None
+    """Those CPU seconds per wall second after the second curve point: the cores the run kept
+    busy (Ray's own processes, the raylet and the GCS, not counted)."""
     final_return: float | None = None
     curve: list[list[float | None]] = dataclasses.field(default_factory=list)
     """``[env steps, mean return of the last CURVE_STEP env steps' episodes]`` every CURVE_STEP."""
@@ -196,6 +200,7 @@ class Run:
             self.grad_steps_per_s = (end.grad_steps - warm.grad_steps) / steady_s
             if end.cpu_s is not None and warm.cpu_s is not None and end.grad_steps > warm.grad_steps:
                 self.cpu_ms_per_grad_step = 1e3 * (end.cpu_s - warm.cpu_s) / (end.grad_steps - warm.grad_steps)
+                self.cpu_cores = (end.cpu_s - warm.cpu_s) / steady_s
         self.final_return = self.curve[-1][1] if self.curve else None
 
 
