@@ -129,7 +129,7 @@ def test_replay_in_driver_with_rollout_workers_stores_their_fragments_and_checkp
 @pytest.mark.parametrize("algo_name", ["APEX", "R2D2"])
 def test_learner_thread_plans_replay_from_the_driver_process_when_asked(ray_local, algo_name):
     """Ape-X's plan (and R2D2's, with its sequence shard) runs on a replay in the driver's
-    process: the actors' fragments stored, the learner thread fed and its priorities applied."""
+    process: every fragment the actors sent is stored, and the learner thread is fed."""
     algo = Algorithm.build(
         algo_name,
         env="CartPole-v1",
@@ -146,13 +146,13 @@ def test_learner_thread_plans_replay_from_the_driver_process_when_asked(ray_loca
         results = [algo.train()]
         while sum(r["num_updates"] > 0 for r in results) < 2 and len(results) < 20:
             results.append(algo.train())
-        (stats,) = algo.replay.stats()
-        shard_cls = type(algo.replay.shard).__name__
     finally:
-        algo.stop()
+        algo.stop()  # the store subflow runs in its own thread: counted once it has stopped
+    (stats,) = algo.replay.stats()
     assert isinstance(algo.replay, LocalReplay)
-    assert shard_cls == {"APEX": "ReplayShard", "R2D2": "SequenceShard"}[algo_name]
-    assert stats["inserted"] == results[-1]["env_steps_sampled"] and stats["sampled"] > 0, (stats, results[-1])
+    assert type(algo.replay.shard).__name__ == {"APEX": "ReplayShard", "R2D2": "SequenceShard"}[algo_name]
+    sampled = algo.context.counters["env_steps_sampled"]
+    assert stats["inserted"] == sampled >= results[-1]["env_steps_sampled"] and stats["sampled"] > 0, stats
     assert results[-1]["num_updates"] > results[-2]["num_updates"] > 0, [r["num_updates"] for r in results]
 
 
