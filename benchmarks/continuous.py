@@ -5,8 +5,9 @@ Runners: ``sbx`` (SBX in its own virtual environment, ``benchmarks/.venvs/sbx``,
 first use: torch's local CPU build first, then ``sbx-rl``), ``driver`` (jaxflow, sampling
 in the driver: ``num_workers=0``, one learner), ``workers`` (``--workers`` rollout workers)
 ``device`` (jaxflow's device mode on ``gymnax/Pendulum-v1``, one env; Pendulum only) and
-``device-many`` (device mode with ``DEVICE_MANY`` envs and a lower replay ratio, for a longer
-budget: env steps/s at the return SBX reaches). Each reports env steps/s, gradient steps/s and the training return at equal env steps, medians
+``device-many`` (device mode with ``--device-envs`` envs, on ``gymnax/Pendulum-v1`` or
+``brax/halfcheetah``, and a lower replay ratio, for a longer budget: env steps/s at the return
+SBX reaches). Each reports env steps/s, gradient steps/s and the training return at equal env steps, medians
 over seeds, and ratios against SBX's medians.
 
 Each also reports the CPU time per gradient step, which the machine's load changes far less
@@ -58,13 +59,15 @@ SBX_VERSION = "0.28.0"
 TORCH_VERSION = "2.13.0"  # the local CPU build; any other torch pip finds comes with CUDA packages
 
 
-def run_jaxflow(run: Run, steps: int, workers: int) -> None:
+def run_jaxflow(run: Run, steps: int, args: argparse.Namespace) -> None:
     from jaxflow import Algorithm
     from jaxflow.config.constants import ENV_STEPS_SAMPLED, ENV_STEPS_TRAINED
 
     spec, hp = ENVS[run.env], hyperparameters(run.env, run.algo)
     env = spec.device_env if run.runner in DEVICE_RUNNERS else run.env
-    fields = jaxflow_fields(hp, run.algo, run.runner, workers)
+    fields = jaxflow_fields(hp, run.algo, run.runner, args.workers, args.device_envs)
+    if env.startswith("brax/") and args.brax_backend:
+        fields["env_config"] = {"backend": args.brax_backend}
     t0 = time.perf_counter()
     algo = Algorithm.build(run.algo, env=env, seed=run.seed, metrics_num_episodes=spec.window, **fields)
     try:
@@ -162,9 +165,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         flag = env.split("-")[0].lower()
         p.add_argument(f"--{flag}-steps", type=int, default=spec.steps, help=f"env-step budget of a {env} run")
     p.add_argument(
-        "--device-many-steps", type=int, default=None, help="env-step budget of a device-many run (default 200,000)"
+        "--device-many-steps",
+        type=int,
+        default=None,
+        help="env-step budget of a device-many run (default: 200,000 on Pendulum, 1,000,000 on HalfCheetah)",
     )
     p.add_argument("--workers", type=int, default=2, help="rollout workers of the 'workers' runner")
+    p.add_argument(
+        "--device-envs", type=int, default=DEVICE_MANY["device.num_envs"], help="envs of a device-many run (GPU: 2048)"
+    )
+    p.add_argument("--brax-backend", default=None, help="brax's pipeline for brax/ envs (default: jaxflow's, spring)")
     p.add_argument("--sbx-venv", default=SBX_VENV, help="SBX's virtual environment (made if missing)")
     p.add_argument("--note", default="", help="a line kept in the report (e.g. what else ran on the machine)")
     p.add_argument("--out-dir", default=RESULTS_DIR, help="where continuous.json, .md and .png go")
@@ -192,7 +202,7 @@ def one_run(run: Run, args: argparse.Namespace, python: str | None) -> Run:
             assert python is not None
             run_sbx(run, args.budgets[run.env, run.runner], python, args.out_dir)
         else:
-            run_jaxflow(run, args.budgets[run.env, run.runner], args.workers)
+            run_jaxflow(run, args.budgets[run.env, run.runner], args)
     except Exception as e:
         traceback.print_exc()
         run.error = f"{type(e).__name__}: {e}"[:500]
@@ -215,7 +225,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         machine = machine_info()
         for env in args.envs:
-            runners = [r for r in args.runners if r not in DEVICE_RUNNERS or ENVS[env].device_env]
+            spec = ENVS[env]
+            runners = [
+                r for r in args.runners if r not in DEVICE_RUNNERS or (spec.device_env and r in spec.device_runners)
+            ]
             for algo in args.algos:
                 # The runners take turns within each seed, in an order reversed from seed to
                 # seed, so that a drift in the machine's load touches all of them alike.
@@ -235,7 +248,10 @@ def main(argv: list[str] | None = None) -> None:
         "hyperparameters": {
             f"{env} {algo}": {
                 "shared": hyperparameters(env, algo),
-                "jaxflow": {r: jaxflow_fields(hyperparameters(env, algo), algo, r, args.workers) for r in RUNNERS[1:]},
+                "jaxflow": {
+                    r: jaxflow_fields(hyperparameters(env, algo), algo, r, args.workers, args.device_envs)
+                    for r in RUNNERS[1:]
+                },
                 "sbx": sbx_kwargs(hyperparameters(env, algo), algo),
             }
             for env in args.envs
