@@ -168,7 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--device-many-steps",
         type=int,
         default=None,
-        help="env-step budget of a device-many run (default: 200,000 on Pendulum, 1,000,000 on HalfCheetah)",
+        help="env-step budget of a device-many run (default 200,000)",
     )
     p.add_argument("--workers", type=int, default=2, help="rollout workers of the 'workers' runner")
     p.add_argument(

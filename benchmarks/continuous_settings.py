@@ -53,7 +53,7 @@ ENVS = {
         quick_steps=3_000,
         device_env="brax/halfcheetah",
         device_runners=("device-many",),
-        device_many_steps=1_000_000,
+        device_many_steps=200_000,
         device_many_quick_steps=40_000,
     ),
 }
