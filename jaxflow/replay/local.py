@@ -28,7 +28,7 @@ def replay_in_driver(config: Any) -> bool:
     shard holds it all and asks Ray for no resources (CPUs or custom ones would place it where
     they are, maybe on another node)."""
     return (
-        (config.rollout.num_workers == 0 or getattr(config, "replay_in_driver", False))
+        (config.rollout.num_workers == 0 or config.replay_in_driver)
         and config.num_replay_shards == 1
         and config.num_cpus_per_replay_shard == 0
         and not config.custom_resources_per_replay_shard
