@@ -2,7 +2,9 @@
 ``examples/tuned/``).
 
 A run file is a JSON object whose keys are ``train``'s flags (``num_workers`` or ``num-workers``),
-plus ``description`` and ``reaches`` (what the run is stated to reach, checked by the tests):
+plus ``description``, ``reaches`` (what the run is stated to reach, checked by the tests) and
+``reference`` (the published figure a row of ``docs/results.md`` sets it beside, read by
+``benchmarks/reproduce.py``):
 
 .. code-block:: json
 
@@ -27,7 +29,7 @@ from jaxflow.config.fields import ConfigError
 KEY_VALUE_FLAGS = ("FIELD=VALUE", "KEY=VALUE")
 """The metavars of the repeatable flags a run file gives as an object (``set``, ``stop``)."""
 
-ABOUT_KEYS = ("description", "reaches")
+ABOUT_KEYS = ("description", "reaches", "reference")
 """A run file's keys that describe the run rather than set a flag."""
 
 NOT_IN_FILES = ("config", "resume", "debug")
