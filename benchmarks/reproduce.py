@@ -150,6 +150,7 @@ def run_row(row: str, seeds: list[int] | None, parallel: int) -> dict[str, Any]:
         "started_utc": started,
         "commit": git_commit(),
         "machine": machine_info(runtime=False),
+        "load_average_at_end": list(os.getloadavg()),
     }
 
 

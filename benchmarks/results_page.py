@@ -25,6 +25,7 @@ FAMILY_ORDER = (
     "SAC, TD3 and DDPG on Pendulum-v1 (20k env steps)",
     "PPO, classic control (gymnax, device mode)",
     "DQN, classic control (gymnax, device mode)",
+    "A2C, classic control (gymnax, device mode)",
 )
 """The page's tables in this order (any other after them, by name): the field's standard tasks first."""
 REFERENCE_KEYS = {"family", "seeds", "metric", "score", "std", "source"}
@@ -41,7 +42,8 @@ rewrites its JSON, this page and the curves.
 - **Ours**: mean ± standard deviation over seeds, median in brackets, of the metric named under
   the table (the reference's own metric where its source states one).
 - **Meets**: ✓ where our mean is at least the reference's mean minus one reference std (its
-  mean where it states no std); returns are higher-is-better in every task here.
+  mean where it states no std: a single published agent), ≈ where it is below that by less than
+  one std of our seeds, ✗ otherwise; returns are higher-is-better in every task here.
 - **Wall / seed** and **env steps/s**: one process's wall time from start to its last
   checkpoint (compilation and start-up included) and the env steps it sampled per second, on the
   machine named under the table; several processes at a time or several vmapped seeds in one
@@ -104,6 +106,11 @@ def metric_text(record: dict[str, Any]) -> str:
     return METRIC_TEXT[ref["metric"]].format(n=n)
 
 
+def verdict(mean: float, std: float, floor: float) -> str:
+    """✓ at or above the reference's floor, ≈ within one of our seeds' std below it, else ✗."""
+    return "✓" if mean >= floor else "≈" if mean + std >= floor else "✗"
+
+
 def row_line(record: dict[str, Any], note: int) -> str:
     """One table row: ours, the reference, their ratio and whether ours meets it."""
     ref, runs = record["reference"], record["runs"]
@@ -123,12 +130,21 @@ def row_line(record: dict[str, Any], note: int) -> str:
         f"{record['mean']:,.1f} ± {record['std']:,.1f} ({record['median']:,.1f})",
         f"{ref_text} [{note}]",
         f"{record['mean'] / ref['score']:.2f}" if ref["score"] else "—",
-        "✓" if record["mean"] >= floor else "✗",
+        verdict(record["mean"], record["std"], floor),
         f"{wall:,.0f} s{shared}",
         f"{speed:,.0f}",
         f"`python benchmarks/reproduce.py --row {record['row']}`",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def load_text(record: dict[str, Any]) -> str:
+    """The 1-minute load average at the row's start and end, where recorded: above the
+    processes the row ran at a time, something else shared the machine."""
+    if "load_average_at_end" not in record:
+        return ""
+    start, end = record["machine"]["load_average_at_start"][0], record["load_average_at_end"][0]
+    return f", load average {start:.1f} at the start and {end:.1f} at the end"
 
 
 def family_section(family: str, records: list[dict[str, Any]]) -> str:
@@ -143,7 +159,7 @@ def family_section(family: str, records: list[dict[str, Any]]) -> str:
         lines.append(
             f"{i}. `{r['row']}`: ours, the {metric_text(r)}; reference: {ref['source']}.{note} "
             f"Seeds {r['seeds']}; commit `{r['commit']}`, {r['started_utc']}, "
-            f"{r['machine']['cpu_count']} × {r['machine']['cpu_model']}."
+            f"{r['machine']['cpu_count']} × {r['machine']['cpu_model']}{load_text(r)}."
         )
     lines += ["", f"![{family}](results/{slug(family)}.png)", ""]
     return "\n".join(lines)

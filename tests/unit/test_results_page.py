@@ -84,6 +84,7 @@ def test_a_row_meets_its_reference_from_its_mean_less_one_reference_std():
     assert page_mod.row_line(_record(899.0, 1000.0, 100.0), 1).split("|")[8].strip() == "✗"
     assert page_mod.row_line(_record(-131.0, -130.0, None), 1).split("|")[8].strip() == "✗"
     assert page_mod.row_line(_record(-129.0, -130.0, None), 1).split("|")[8].strip() == "✓"
+    assert [page_mod.verdict(-131.0, s, -130.0) for s in (0.5, 1.0, 2.0)] == ["✗", "≈", "≈"]
 
 
 def test_a_reference_lacking_a_field_is_refused_naming_it():
