@@ -29,7 +29,9 @@ FAMILY_ORDER = (
 )
 """The page's tables in this order (any other after them, by name): the field's standard tasks first."""
 REFERENCE_KEYS = {"family", "seeds", "metric", "score", "std", "source"}
-"""What a tuned file's ``reference`` must give (``episodes`` too for the greedy metric; ``note`` may)."""
+"""What a tuned file's ``reference`` must give (``episodes`` too for the greedy metric; ``note`` may:
+what a reader should know about the row, read from the tuned file as it stands, so that a note
+changes without re-running the row; everything else is the row's JSON's, as run)."""
 
 HEADER = """# Results
 
@@ -41,6 +43,8 @@ rewrites its JSON, this page and the curves.
 
 - **Ours**: mean ± standard deviation over seeds, median in brackets, of the metric named under
   the table (the reference's own metric where its source states one).
+- **Ours / ref.**: our mean over the reference's; where returns are negative (Pendulum,
+  Acrobot, MountainCar, Pusher) a ratio above 1 is worse.
 - **Meets**: ✓ where our mean is at least the reference's mean minus one reference std (its
   mean where it states no std: a single published agent), ≈ where it is below that by less than
   one std of our seeds, ✗ otherwise; returns are higher-is-better in every task here.
@@ -153,9 +157,10 @@ def family_section(family: str, records: list[dict[str, Any]]) -> str:
     lines = [f"## {family}", "", head, "|" + "---|" * 11]
     lines += [row_line(r, i + 1) for i, r in enumerate(records)]
     lines.append("")
+    notes = {row: ref.get("note") for row, ref in rows_with_reference().items()}
     for i, r in enumerate(records, 1):
         ref = r["reference"]
-        note = f" {ref['note']}" if ref.get("note") else ""
+        note = f" {notes[r['row']]}" if notes.get(r["row"]) else ""
         lines.append(
             f"{i}. `{r['row']}`: ours, the {metric_text(r)}; reference: {ref['source']}.{note} "
             f"Seeds {r['seeds']}; commit `{r['commit']}`, {r['started_utc']}, "
