@@ -52,8 +52,8 @@ def train_command(row: str, seed: int) -> list[str]:
 
 
 def run_seed(row: str, seed: int, logdir: str) -> dict[str, Any]:
-    """One ``jaxflow train`` of the row's file with ``seed`` into ``logdir``: its wall time, and its
-    progress rows, or the error it ended with."""
+    """One ``jaxflow train`` of the row's file with ``seed`` into ``logdir``: its wall time and its
+    progress rows; a run that fails ends the script, naming the row, the seed and its last line."""
     argv = [sys.executable, "-m", "jaxflow.api.cli", *train_command(row, seed)[1:]]
     argv += ["--logdir", logdir, "--overwrite", "--quiet"]
     start = time.monotonic()
@@ -103,14 +103,13 @@ def seed_results(row: str, seed: int, reference: dict[str, Any], logdir: str) ->
     out = []
     for member in members:
         member_seed = seed if member is None else int(member.rpartition("=")[2])
-        score = training_return(last, member)
-        if reference["metric"] == "greedy":
-            score = greedy_return(logdir, member, reference["episodes"], seed)
+        final = training_return(last, member)
+        greedy = reference["metric"] == "greedy"
         out.append(
             {
                 "seed": member_seed,
-                "score": score,
-                "final_training_return": training_return(last, member),
+                "score": greedy_return(logdir, member, reference["episodes"], seed) if greedy else final,
+                "final_training_return": final,
                 "env_steps": int(last["env_steps_sampled"]),
                 "wall_s": ran["wall_s"],
                 "env_steps_per_s": int(last["env_steps_sampled"]) * len(members) / ran["wall_s"],

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import re
+import statistics
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,12 +121,11 @@ def row_line(record: dict[str, Any], note: int) -> str:
     ref, runs = record["reference"], record["runs"]
     floor = ref["score"] - (ref["std"] or 0.0)
     ref_text = f"{ref['score']:,.2f}" + (f" ± {ref['std']:,.2f}" if ref["std"] is not None else "")
-    walls = sorted(r["wall_s"] for r in runs)
-    wall = walls[len(walls) // 2]
+    wall = statistics.median(r["wall_s"] for r in runs)
     together = runs[0]["seeds_in_process"]
     shared = f" ({together} seeds in one call)" if together > 1 else ""
     shared += f" ({record['parallel_processes']} at a time)" if record["parallel_processes"] > 1 else ""
-    speed = sorted(r["env_steps_per_s"] for r in runs)[len(runs) // 2]
+    speed = statistics.median(r["env_steps_per_s"] for r in runs)
     cells = [
         record["algo"],
         f"`{record['env']}`",
