@@ -27,6 +27,7 @@ import orbax.checkpoint as ocp
 
 from jaxflow import envs
 from jaxflow.api import manifest
+from jaxflow.api.logdir import CHECKPOINT_META
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import from_json_dict
@@ -34,7 +35,7 @@ from jaxflow.replay import saved as saved_replay
 
 FORMAT_VERSION = 2
 UNSEALED_FORMAT = 1  # written before manifests: loads, unverified
-META = "meta.json"
+META = CHECKPOINT_META  # also what marks a folder of checkpoints as a jaxflow run (api/logdir.py)
 # meta.json's keys and their JSON types (bool is not an int here).
 META_KEYS: dict[str, type] = {
     "format_version": int,

@@ -14,7 +14,14 @@ from jaxflow.api.cli_args import import_modules, new_run, overrides, parse
 from jaxflow.api.cli_flags import MODES
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.loggers import parse_loggers
-from jaxflow.api.user_errors import check_address, check_evaluate, check_train, one_line, user_errors
+from jaxflow.api.user_errors import (
+    check_address,
+    check_evaluate,
+    check_outputs,
+    check_train,
+    one_line,
+    user_errors,
+)
 
 __all__ = ["MODES", "main"]
 
@@ -147,7 +154,14 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
         return 0
     config, policy, params, normalizer = load_policy(args.checkpoint, args.member)
-    out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer, args.video)
+    if args.video:  # the videos go to a new folder, moved into place complete with their videos.json
+        from jaxflow.api.outputs import VIDEOS, write_videos_description, written
+
+        with written(args.video, VIDEOS, args.overwrite) as folder:
+            out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer, folder)
+            write_videos_description(folder, out, config.env, args.checkpoint)
+    else:
+        out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer)
     print(
         f"{config.env}{_member_played(args.checkpoint, args.member)}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
         + (f"; videos in {args.video}" if args.video else "")
@@ -179,14 +193,15 @@ def _member_played(path: str, member: int | str | None) -> str:
 def _export(args: argparse.Namespace) -> int:
     from jaxflow.api.export import export_policy
 
-    print(f"jaxflow: exported the greedy policy to {export_policy(args.checkpoint, args.out, args.member)}")
+    out = export_policy(args.checkpoint, args.out, args.member, args.overwrite)
+    print(f"jaxflow: exported the greedy policy to {out}")
     return 0
 
 
 def _plot(args: argparse.Namespace) -> int:
     from jaxflow.api.plot import plot_runs
 
-    plot_runs(args.runs, args.metric, args.x, args.out)
+    plot_runs(args.runs, args.metric, args.x, args.out, args.overwrite)
     print(f"jaxflow: {len(args.runs)} learning curve{'s' if len(args.runs) > 1 else ''} of {args.metric} in {args.out}")
     return 0
 
@@ -213,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from jaxflow.tune.command import run  # Ray Tune loads only for this command
 
             return run(args)
+        check_outputs(args)  # what evaluate, export and plot would write over, before anything is read
         if args.command == "evaluate":
             check_evaluate(args)
             return _evaluate(args)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jaxflow.api.cli_flags import train_arguments, tune_arguments
+from jaxflow.api.outputs import PLOT_FORMATS
 from jaxflow.api.plot import X_KEYS
 from jaxflow.api.run_file import run_file_arguments
 from jaxflow.api.user_errors import Parser, int_at_least, member_choice
@@ -39,6 +40,11 @@ IMPORT_FLAG = {
 }
 """``--import``, which train, evaluate and export take."""
 
+OVERWRITE_HELP = (
+    "replace {what} if jaxflow wrote it earlier; any other existing path is refused, with or without this flag"
+)
+"""``--overwrite`` of evaluate, export and plot (train's replaces a run: :mod:`jaxflow.api.cli_flags`)."""
+
 
 def parser() -> argparse.ArgumentParser:
     """The ``jaxflow`` command line's parser (its errors are :class:`UsageError`)."""
@@ -57,10 +63,14 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
     e.add_argument("--episodes", type=int_at_least(1), default=10)
     e.add_argument("--seed", type=int_at_least(0))
-    e.add_argument("--video", metavar="DIR", help="also record each episode as DIR/episode_<k>.mp4")
+    e.add_argument(
+        "--video",
+        metavar="DIR",
+        help="also record each episode as DIR/episode_<k>.mp4, with DIR/videos.json; DIR must be new or empty",
+    )
     x = sub.add_parser("export", help="a checkpoint's greedy policy for JAX and numpy alone")
     x.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
-    x.add_argument("--out", required=True, help="the folder to write (replaced as a whole)")
+    x.add_argument("--out", required=True, help="the folder to write: new or empty (see --overwrite)")
     for command in (e, x):
         command.add_argument("--member", type=member_choice, help=MEMBER_HELP)
     for command in (tu, e, x):
@@ -69,7 +79,13 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("runs", nargs="+", metavar="RUN_DIR")
     pl.add_argument("--metric", default="episode_return_mean")
     pl.add_argument("--x", default="env_steps_sampled", choices=X_KEYS)
-    pl.add_argument("--out", default="curves.png", help="the image to write (.png, .svg, .pdf)")
+    pl.add_argument(
+        "--out",
+        default="curves.png",
+        help=f"the image to write, a new file ({', '.join(PLOT_FORMATS)}; see --overwrite)",
+    )
+    for command, what in ((e, "--video's folder of videos"), (x, "--out's export"), (pl, "--out's plot")):
+        command.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP.format(what=what))
     ls = sub.add_parser("list", help="algorithms, and the environments they can train with each one's spaces")
     ls.add_argument("--algo", help="only the environments this algorithm can train")
     ls.add_argument("--kind", action="append", choices=ENV_KINDS, help="only this kind of environment; repeatable")

@@ -89,13 +89,14 @@ def tune_arguments(t: argparse.ArgumentParser) -> None:
 def _run_directory_arguments(t: argparse.ArgumentParser) -> None:
     """``jaxflow train``'s flags of where a run goes, how it resumes and which checkpoints it keeps."""
     t.add_argument(
-        "--logdir", help="where progress, TensorBoard events and checkpoints go (a new directory, or see --overwrite)"
+        "--logdir",
+        help="where progress, TensorBoard events and checkpoints go (a new or empty directory, or see --overwrite)",
     )
     t.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the run in --logdir (its progress, config, events and checkpoints); without it, "
-        "a logdir that holds a run is refused",
+        help="replace the jaxflow run in --logdir (its progress, config, events and checkpoints, nothing else); "
+        "without it, a logdir that holds a run is refused, and a logdir holding anything else always is",
     )
     t.add_argument(
         "--resume",

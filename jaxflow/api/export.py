@@ -1,7 +1,8 @@
 """A trained policy for someone without jaxflow: the parameters as data, a description of the
 network, and the greedy policy compiled with ``jax.export``, loadable with JAX and numpy alone.
 
-``export_policy(checkpoint, out)`` writes three files into ``out``:
+``export_policy(checkpoint, out)`` writes three files into ``out``, a new folder (or, with
+``overwrite``, an earlier export, never anything else: :mod:`jaxflow.api.outputs`):
 
 * ``policy.jaxexport`` -- the serialized ``jax.export.Exported`` of
   ``act(params, obs) -> actions``: observations ``[B, *obs_shape]`` (any ``B``) to the actions
@@ -23,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxflow.api.algorithm import find_checkpoint, load_policy
+from jaxflow.api.outputs import DESCRIPTION_FILE, EXPORT, EXPORTED_FILE, PARAMS_FILE, claim_output, written
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.spaces import env_spaces
 from jaxflow.config.fields import ConfigError
@@ -41,7 +41,6 @@ from jaxflow.policies.policy import Policy
 from jaxflow.rollout.normalize import Moments, Normalizer, normalize_observations
 
 EXPORT_FORMAT = 1
-EXPORTED_FILE, PARAMS_FILE, DESCRIPTION_FILE = "policy.jaxexport", "params.npz", "policy.json"
 SEPARATOR = "/"
 BATCH_DIM = "batch"
 """The exported function's batch dimension is symbolic: one artifact for any batch size."""
@@ -89,11 +88,14 @@ def greedy_actions(policy: Policy, clip: float) -> Callable[[Mapping[str, Any], 
     return act
 
 
-def export_policy(checkpoint: str, out: str, member: int | str | None = None) -> str:
+def export_policy(checkpoint: str, out: str, member: int | str | None = None, overwrite: bool = False) -> str:
     """Writes the greedy policy of the run saved at ``checkpoint`` (a checkpoint or a run
     directory: its newest; of a device-mode run of several members, ``member``, by default
     the best one a PBT run marks, see :func:`~jaxflow.api.algorithm.pick_member`) into
-    ``out`` (replaced as a whole, never left half-written); returns ``out``."""
+    ``out``, a new folder, never left half-written; an existing ``out`` is refused before the
+    checkpoint is read, unless ``overwrite`` and it is an earlier export (then replaced as a
+    whole). Returns ``out``."""
+    claim_output(out, EXPORT, overwrite)
     ckpt, meta = find_checkpoint(checkpoint)
     config, policy, params, normalizer = load_policy(ckpt, member)
     if policy.recurrent:
@@ -119,7 +121,8 @@ def export_policy(checkpoint: str, out: str, member: int | str | None = None) ->
         "files": {"exported": EXPORTED_FILE, "params": PARAMS_FILE},
         "config": to_json_dict(config),
     }
-    _write(out, exported.serialize(), flat, description)
+    with written(out, EXPORT, overwrite) as folder:
+        _write(folder, exported.serialize(), flat, description)
     return out
 
 
@@ -131,22 +134,11 @@ def _data(params: Any, normalizer: Normalizer | None) -> dict[str, np.ndarray]:
     return flatten_arrays(data)
 
 
-def _write(out: str, exported: bytearray, flat: Mapping[str, np.ndarray], description: Mapping[str, Any]) -> None:
-    """All three files into a temporary folder beside ``out``, renamed into place when complete."""
-    out = os.path.abspath(out)
-    tmp = f"{out}.tmp-{uuid.uuid4().hex[:8]}"
-    os.makedirs(tmp)
-    try:
-        with open(os.path.join(tmp, EXPORTED_FILE), "wb") as f:
-            f.write(exported)
-        arrays: dict[str, Any] = dict(flat)  # Any: ``**arrays`` must also fit savez's ``allow_pickle: bool``
-        np.savez(os.path.join(tmp, PARAMS_FILE), **arrays)
-        with open(os.path.join(tmp, DESCRIPTION_FILE), "w", encoding="utf-8") as f:
-            json.dump(description, f, indent=1, default=str)
-        old = f"{out}.old-{uuid.uuid4().hex[:8]}"
-        if os.path.isdir(out):  # aside first: a crash between the renames keeps the old export
-            os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def _write(folder: str, exported: bytearray, flat: Mapping[str, np.ndarray], description: Mapping[str, Any]) -> None:
+    """The three files into ``folder`` (the temporary one :func:`~jaxflow.api.outputs.written` moves into place)."""
+    with open(os.path.join(folder, EXPORTED_FILE), "wb") as f:
+        f.write(exported)
+    arrays: dict[str, Any] = dict(flat)  # Any: ``**arrays`` must also fit savez's ``allow_pickle: bool``
+    np.savez(os.path.join(folder, PARAMS_FILE), **arrays)
+    with open(os.path.join(folder, DESCRIPTION_FILE), "w", encoding="utf-8") as f:
+        json.dump(description, f, indent=1, default=str)

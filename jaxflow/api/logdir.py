@@ -1,9 +1,11 @@
 """A run directory: what marks one, how a new run claims it, how a resumed run's logs continue.
 
-A new run never writes over an old one silently: :func:`claim_logdir` refuses a directory
-that holds jaxflow's files of a run unless told to replace it, and then removes only those
-files. A run resumed from a checkpoint at iteration N trains iterations N+1, ... again, so
-:func:`truncate_progress` drops the rows it is about to write again.
+A new run never writes over an old one silently, nor among other files: :func:`claim_logdir`
+takes a directory that does not exist or is empty, and replaces a run only when told to and
+only where jaxflow recognises the run as its own (:func:`is_jaxflow_run`), removing only
+that run's files (the rule of :mod:`jaxflow.api.outputs`). A run resumed from a checkpoint
+at iteration N trains iterations N+1, ... again, so :func:`truncate_progress` drops the
+rows it is about to write again.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import re
 import shutil
 from typing import Any
 
+from jaxflow.api.outputs import OutputKind, claim_output, read_json
 from jaxflow.config.fields import ConfigError
 
 PROGRESS = "progress.jsonl"
 CONFIG = "config.json"
+CHECKPOINT_META = "meta.json"
+"""A checkpoint's description (:mod:`jaxflow.api.checkpoint`), which names its algorithm."""
 
 _RUN_FILE = re.compile(
     r"^(progress\.jsonl(\.tmp)?"  # progress.jsonl and a rewrite's leftover
@@ -28,9 +33,6 @@ _RUN_FILE = re.compile(
     r"|(\.(tmp|old)-)?checkpoint_\d+(-[0-9a-f]+)?)$"  # checkpoints and their interrupted writes and replaces
 )
 """The names of the files and folders jaxflow writes in a run directory, and only those."""
-
-SHOWN_FILES = 3
-"""How many of a run's files an error names before "..."."""
 
 
 def is_checkpoint_name(name: str) -> bool:
@@ -50,22 +52,50 @@ def run_files(logdir: str) -> list[str]:
     return sorted(name for name in os.listdir(logdir) if is_run_file(name))
 
 
+def is_jaxflow_run(logdir: str) -> bool:
+    """True where ``logdir`` holds a run jaxflow wrote: its ``config.json`` (the algorithm and
+    its config, written first by every run) or a checkpoint's ``meta.json`` naming an
+    algorithm (a folder ``Algorithm.save`` wrote)."""
+    if _names_algorithm(os.path.join(logdir, CONFIG)):
+        return True
+    return any(
+        is_checkpoint_name(name) and _names_algorithm(os.path.join(logdir, name, CHECKPOINT_META))
+        for name in os.listdir(logdir)
+    )
+
+
+def _names_algorithm(path: str) -> bool:
+    return names_algorithm(read_json(path))
+
+
+def names_algorithm(saved: Any) -> bool:
+    """True for what a run's ``config.json`` or a checkpoint's ``meta.json`` holds: an object
+    naming an algorithm and its config."""
+    return isinstance(saved, dict) and isinstance(saved.get("algorithm"), str) and isinstance(saved.get("config"), dict)
+
+
+RUN = OutputKind(
+    "logdir",
+    "a run",
+    folder=True,
+    earlier=is_jaxflow_run,
+    whole=False,
+    hint="continue it with --resume {path} (Algorithm.restore), pick a new directory, or replace it with "
+    "--overwrite (overwrite=True).",
+)
+"""A run directory: a new run's files are written one by one into it."""
+
+
 def claim_logdir(logdir: str, overwrite: bool = False) -> None:
     """Makes ``logdir`` ready for a new run, or raises :class:`ConfigError`.
 
-    A directory that holds a run (``progress.jsonl``, ``config.json``, TensorBoard events or
-    checkpoints) is refused unless ``overwrite``, which removes those files and nothing else.
+    A directory that does not exist or is empty is taken. One that holds a jaxflow run
+    (:func:`is_jaxflow_run`) is refused unless ``overwrite``, which removes that run's files
+    (:func:`run_files`) and nothing else. Any other (files of someone else's, the current
+    folder with its files) is refused even with ``overwrite``: it is not jaxflow's to clear.
     """
-    if os.path.exists(logdir) and not os.path.isdir(logdir):
-        raise ConfigError(f"logdir {logdir!r} is a file, not a directory.")
-    found = run_files(logdir)
-    if found and not overwrite:
-        shown = ", ".join(found[:SHOWN_FILES]) + (", ..." if len(found) > SHOWN_FILES else "")
-        raise ConfigError(
-            f"logdir {logdir!r} already holds a run ({shown}): continue it with --resume {logdir} "
-            "(Algorithm.restore), pick a new directory, or replace it with --overwrite (overwrite=True)."
-        )
-    for name in found:
+    claim_output(logdir, RUN, overwrite)
+    for name in run_files(logdir):  # only a jaxflow run's, after the claim: nothing else is removed
         path = os.path.join(logdir, name)
         if os.path.isdir(path):
             shutil.rmtree(path)

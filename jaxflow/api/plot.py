@@ -4,6 +4,10 @@ Each run is one line: its ``progress.jsonl`` rows, one per training iteration (a
 run's later rows win, so an iteration counts once). A run of several agents at once
 (device mode's ``--num-seeds`` / ``--sweep``) draws the mean over its members as the line
 and the band between the lowest and highest member around it.
+
+The image is written whole or not at all, to a new path or, with ``overwrite``, over an
+earlier plot of jaxflow's (marked in the image's metadata), never over any other file
+(:mod:`jaxflow.api.outputs`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxflow.api.outputs import PLOT, PLOT_MARK, claim_output, written
 from jaxflow.config.fields import ConfigError
 
 PROGRESS_FILE = "progress.jsonl"
 X_KEYS = ("env_steps_sampled", "time_s", "training_iteration")
 BAND_ALPHA = 0.25
+DPI = 120
 
 
 class Curve(NamedTuple):
@@ -67,10 +73,17 @@ def curve(run: str, metric: str, x: str = "env_steps_sampled", label: str | None
 
 
 def plot_runs(
-    runs: Sequence[str], metric: str = "episode_return_mean", x: str = "env_steps_sampled", out: str | None = None
+    runs: Sequence[str],
+    metric: str = "episode_return_mean",
+    x: str = "env_steps_sampled",
+    out: str | None = None,
+    overwrite: bool = False,
 ) -> Any:
     """One line per run (and its members' band); saved to ``out`` (PNG, SVG, PDF: by its
-    suffix) when given. Returns the matplotlib figure."""
+    suffix) when given: a new file, or with ``overwrite`` an earlier plot (any other existing
+    file is refused before the runs are read). Returns the matplotlib figure."""
+    if out:
+        claim_output(out, PLOT, overwrite)
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed, none opened
@@ -88,8 +101,8 @@ def plot_runs(
     ax.legend()
     fig.tight_layout()
     if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        fig.savefig(out, dpi=120)
+        with written(out, PLOT, overwrite) as tmp:  # the format by the suffix: the temporary name has another
+            fig.savefig(tmp, dpi=DPI, format=os.path.splitext(out)[1][1:].lower(), metadata={"Creator": PLOT_MARK})
     return fig
 
 

@@ -19,15 +19,23 @@ pyarrow's (``s3://``, ``gs://``, ``hdfs://``) through fsspec's ``ArrowFSWrapper`
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import posixpath
-import shutil
 import uuid
 from typing import Any
 
 import fsspec
 
-from jaxflow.api.logdir import is_checkpoint_name, is_run_file, run_files
+from jaxflow.api.logdir import (
+    CHECKPOINT_META,
+    CONFIG,
+    claim_logdir,
+    is_checkpoint_name,
+    is_run_file,
+    names_algorithm,
+    run_files,
+)
 from jaxflow.api.manifest import MANIFEST
 from jaxflow.config.fields import ConfigError
 
@@ -99,13 +107,32 @@ class Storage:
     def claim(self, overwrite: bool = False) -> None:
         """Makes the URI ready for a new run: one there is refused, or with ``overwrite`` removed."""
         found = self.list_run()
+        shown = f"{', '.join(found[:3])}{', ...' if len(found) > 3 else ''}"
         if found and not overwrite:
             raise StorageError(
-                f"storage {self.uri!r} already holds a run ({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}): "
+                f"storage {self.uri!r} already holds a run ({shown}): "
                 f"continue it with --resume {self.uri}, pick a new URI, or replace it with --overwrite."
+            )
+        if found and not self._holds_jaxflow_run(found):  # files of that name, someone else's: never removed
+            raise StorageError(
+                f"storage {self.uri!r} holds files named like a run's ({shown}) but no jaxflow run (no config.json "
+                "or checkpoint of jaxflow's); --overwrite replaces only a jaxflow run: pick a new URI."
             )
         for name in found:
             self.fs.rm(self._path(name), recursive=True)
+
+    def _holds_jaxflow_run(self, found: list[str]) -> bool:
+        """True where the run files ``found`` at the URI include jaxflow's ``config.json`` or a
+        checkpoint's ``meta.json`` (:func:`~jaxflow.api.logdir.names_algorithm`)."""
+        marks = [CONFIG] if CONFIG in found else []
+        marks += [posixpath.join(n, CHECKPOINT_META) for n in found if is_checkpoint_name(n)]
+        for mark in marks:
+            try:
+                if names_algorithm(json.loads(self.fs.cat_file(self._path(mark)))):
+                    return True
+            except Exception:  # missing or unreadable: not this one's mark
+                continue
+        return False
 
     def push(self, logdir: str) -> None:
         """Mirrors ``logdir``'s run files: new or changed checkpoints (manifest last), then
@@ -146,11 +173,9 @@ class Storage:
 
     def pull(self, local: str, name: str | None = None) -> str:
         """Copies the run (or its checkpoint ``name``) into ``local``, replacing jaxflow's run
-        files there; returns the local path of what was pulled."""
-        os.makedirs(local, exist_ok=True)
-        for stale in run_files(local):
-            path = os.path.join(local, stale)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        files there; returns the local path of what was pulled. ``local`` must be new, empty or
+        a jaxflow run (:func:`~jaxflow.api.logdir.claim_logdir`): nothing else there is removed."""
+        claim_logdir(local, overwrite=True)
         names = [name] if name else self.list_run()
         for item in names:
             source = self._path(item)

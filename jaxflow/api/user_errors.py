@@ -93,6 +93,20 @@ def check_evaluate(args: argparse.Namespace) -> None:
         )
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """The path an evaluate, export or plot command writes, checked before anything starts: new,
+    an empty folder, or with ``--overwrite`` an earlier output of jaxflow's
+    (:func:`~jaxflow.api.outputs.claim_output`); train's and tune's logdirs are checked where
+    their runs claim them."""
+    from jaxflow.api.outputs import EXPORT, PLOT, VIDEOS, claim_output
+
+    kind = {"export": EXPORT, "plot": PLOT}.get(args.command)
+    if kind is not None:
+        claim_output(args.out, kind, args.overwrite)
+    elif args.command == "evaluate" and args.video:
+        claim_output(args.video, VIDEOS, args.overwrite)
+
+
 def user_errors() -> tuple[type[Exception], ...]:
     """The errors a user causes, each reported as one line ``jaxflow: error: ...`` with exit
     status 2: invalid input (:class:`ConfigError`, which config files, ``--set``, ``--stop``,

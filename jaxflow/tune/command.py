@@ -12,6 +12,7 @@ from typing import Any
 
 from jaxflow.api.cli_args import overrides
 from jaxflow.api.loop import parse_stop
+from jaxflow.api.outputs import TUNE, claim_output
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.retention import BEST_FILE
 from jaxflow.api.spaces import env_spaces
@@ -51,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     logdir = args.logdir or os.path.join(
         "runs", f"tune-{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
-    if os.path.exists(logdir) and (not os.path.isdir(logdir) or os.listdir(logdir)):
-        raise ConfigError(f"logdir {logdir!r} is not an empty directory; pick a new one.")
+    claim_output(logdir, TUNE)  # new or empty: Tune's files are never mixed with others, nor replaced
     print(
         f"jaxflow: tuning {spec.name} on {config.env}: {args.num_samples} sample(s) of "
         f"{', '.join(args.search) or 'the fixed settings'}, scheduler {args.scheduler}, logdir {logdir}",

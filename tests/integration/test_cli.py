@@ -173,13 +173,17 @@ RUN_FILES = {
 }
 
 
+JAXFLOW_CONFIG = '{"algorithm": "PPO", "config": {}}'
+"""A run's config.json as jaxflow writes it (the algorithm and its config): what marks a run as jaxflow's."""
+
+
 @pytest.fixture
 def files(tmp_path):
     for name, text in {**MULTIAGENT_FILES, **RUN_FILES}.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "empty").mkdir()
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "run" / "config.json").write_text(JAXFLOW_CONFIG)
     (tmp_path / "run" / "progress.jsonl").write_text("")
     return tmp_path
 
@@ -211,8 +215,9 @@ def test_debug_shows_the_traceback_and_internal_errors_keep_theirs(no_ray, monke
 def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
     run = tmp_path / "run"
     (run / "checkpoint_000010").mkdir(parents=True)
-    for name in ("progress.jsonl", "config.json", "events.out.tfevents.1.host", "notes.txt"):
+    for name in ("progress.jsonl", "events.out.tfevents.1.host", "notes.txt"):
         (run / name).write_text("x")
+    (run / "config.json").write_text(JAXFLOW_CONFIG)
     (run / ".tmp-checkpoint_000020-0a1b2c3d").mkdir()
     (run / ".old-checkpoint_000010-0a1b2c3d").mkdir()
     assert run_files(str(run)) == sorted(set(os.listdir(run)) - {"notes.txt"})
@@ -222,7 +227,11 @@ def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
     with pytest.raises(AssertionError, match="Ray was started"):
         cli.main(["train", "--algo", "PPO", "--logdir", str(run), "--overwrite", "--quiet"])
     assert os.listdir(run) == ["notes.txt"]
-    claim_logdir(str(run))  # a folder of other files is no run
+    # A folder of other files is no run: a new run is refused there, and --overwrite removes nothing of it.
+    for overwrite in (False, True):
+        with pytest.raises(ConfigError, match="exists and is not a run jaxflow wrote: it holds notes.txt"):
+            claim_logdir(str(run), overwrite)
+    assert os.listdir(run) == ["notes.txt"]
 
 
 def test_list_names_algorithms_and_envs():
@@ -365,7 +374,7 @@ def test_a_resumed_run_logs_each_iteration_and_step_once(ray_local, tmp_path):
     progress.jsonl holds iterations 1..4 once, and TensorBoard one value per step."""
     logdir, taken = str(tmp_path / "run"), tmp_path / "taken"
     taken.mkdir()
-    (taken / "progress.jsonl").write_text("")
+    (taken / "config.json").write_text(JAXFLOW_CONFIG)
     algo = Algorithm.build("PPO", **TINY_PPO)
     # A new run (iteration 0) refuses a logdir holding a run, and bad arguments, before it trains.
     with pytest.raises(ConfigError, match="already holds a run"):

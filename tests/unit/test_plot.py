@@ -93,6 +93,6 @@ def test_the_cli_plots_runs_and_refuses_a_directory_without_one(runs, tmp_path, 
     out = tmp_path / "curves.svg"
     assert cli.main(["plot", *runs, "--x", "time_s", "--out", str(out)]) == 0
     assert out.read_text().lstrip().startswith("<?xml") and "2 learning curves" in capsys.readouterr().out
-    assert cli.main(["plot", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert cli.main(["plot", str(tmp_path / "nothing"), "--out", str(out), "--overwrite"]) == 2  # an earlier plot
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a run directory: it has no progress.jsonl" in err
