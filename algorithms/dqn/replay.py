@@ -20,6 +20,7 @@ from jaxflow import (
     replay_in_driver,
 )
 from jaxflow.config import OffPolicyConfig
+from jaxflow.ondevice.spec import num_device_envs
 
 Array = jax.Array
 
@@ -91,9 +92,10 @@ def beta_schedule(learner: Any, config: Any) -> Any:
     return lambda: float(np.interp(learner.version, (0, config.beta_annealing_steps), ends))
 
 
-def sgd_steps_per_fragment(config: OffPolicyConfig) -> int:
-    """SGD steps after each stored fragment, so that ``samples_per_insert`` holds on average."""
-    fragment = config.rollout.num_envs_per_worker * config.rollout.rollout_fragment_length
+def sgd_steps_per_fragment(config: OffPolicyConfig, num_envs: int | None = None) -> int:
+    """SGD steps after each stored fragment of ``num_envs`` environments (default: one Ray
+    worker's ``num_envs_per_worker``), so that ``samples_per_insert`` holds on average."""
+    fragment = (num_envs or config.rollout.num_envs_per_worker) * config.rollout.rollout_fragment_length
     return max(1, round(fragment * config.samples_per_insert / config.train_batch_size))
 
 
@@ -116,11 +118,12 @@ def transitions(traj: Mapping[str, Array], config: OffPolicyConfig) -> dict[str,
 
 
 def replay_on_device(config: OffPolicyConfig) -> DeviceReplay:
-    """Device mode's replay: the Ray plan's buffer size, replay ratio, priorities and target period."""
+    """Device mode's replay: the Ray plan's buffer size, replay ratio, priorities and target
+    period; the ratio counts every environment device mode steps (``device.num_envs``)."""
     return DeviceReplay(
         capacity=config.buffer_size,
         batch_size=config.train_batch_size,
-        sgd_steps=sgd_steps_per_fragment(config),
+        sgd_steps=sgd_steps_per_fragment(config, num_device_envs(config)),
         alpha=config.prioritized_replay_alpha if config.prioritized_replay else 0.0,
         beta=importance_exponent(config),
         priority_eps=config.prioritized_replay_eps,

@@ -17,7 +17,7 @@ from jaxflow.algorithms.r2d2.core import rescaled_q_outputs
 from jaxflow.algorithms.r2d2.replay import sequence_buffer
 from jaxflow.envs.masking import MaskedBox
 from jaxflow.networks.recurrent import LSTMQNetwork
-from jaxflow.ondevice.spec import DeviceReplay
+from jaxflow.ondevice.spec import DeviceReplay, num_device_envs
 from jaxflow.policies import Greedy, Policy
 from jaxflow.policies.sequences import SEQUENCE_FIELDS
 
@@ -76,7 +76,7 @@ def sgd_steps_per_fragment(config: R2D2Config, num_envs: int) -> int:
 def replay_on_device(config: R2D2Config) -> DeviceReplay:
     """The sequence replay and its ratio, priorities (importance exponent fixed, as in the
     paper) and target period."""
-    num_envs = config.device.num_envs or max(1, config.rollout.num_workers) * config.rollout.num_envs_per_worker
+    num_envs = num_device_envs(config)
     beta = config.prioritized_replay_beta if config.prioritized_replay else 0.0
     return DeviceReplay(
         capacity=config.buffer_size,

@@ -5,7 +5,7 @@ from jaxflow.ondevice.pbt import PBTState, PopulationBasedTraining
 from jaxflow.ondevice.program import DeviceProgram
 from jaxflow.ondevice.rollout import EnvCarry, rollout, step_envs
 from jaxflow.ondevice.source import OnDevice
-from jaxflow.ondevice.spec import TRANSITIONS, DeviceReplay, DeviceSpec, ReplayBuffer, flat_batch
+from jaxflow.ondevice.spec import TRANSITIONS, DeviceReplay, DeviceSpec, ReplayBuffer, flat_batch, num_device_envs
 from jaxflow.ondevice.state import AnakinState
 from jaxflow.ondevice.update import replay_update
 
@@ -23,6 +23,7 @@ __all__ = [
     "ReplayBuffer",
     "flat_batch",
     "members",
+    "num_device_envs",
     "replay_update",
     "rollout",
     "step_envs",

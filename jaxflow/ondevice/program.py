@@ -43,6 +43,7 @@ from jaxflow.ondevice.members import members, with_hyper
 from jaxflow.ondevice.pbt import PopulationBasedTraining, init_state, record
 from jaxflow.ondevice.rollout import EnvCarry, first_nonfinite, initial_carry, rollout
 from jaxflow.ondevice.source import OnDevice
+from jaxflow.ondevice.spec import num_device_envs
 from jaxflow.ondevice.state import AnakinState, state_shardings
 from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
@@ -70,9 +71,7 @@ class DeviceProgram:
         obs_shape = tuple(obs_space.shape or ())
         self.policy = spec.policy(config, obs_space, action_space)
         self.evaluator = DeviceEvaluator(self.env, self.env_params, self.policy, config)
-        self.num_envs = (
-            config.device.num_envs or max(1, config.rollout.num_workers) * config.rollout.num_envs_per_worker
-        )
+        self.num_envs = num_device_envs(config)
         self.steps_per_iteration = self.num_envs * config.rollout.rollout_fragment_length
         self.devices = jax.local_devices()
         if self.num_envs % len(self.devices):

@@ -21,6 +21,14 @@ def flat_batch(traj: Mapping[str, Any], config: Any) -> dict[str, Any]:
     return flatten_time_major(dict(traj))
 
 
+def num_device_envs(config: Any) -> int:
+    """The environments device mode steps together: ``device.num_envs``, else the batch Ray
+    mode samples per round (``num_workers x num_envs_per_worker``). A fragment of device mode
+    is ``num_device_envs x rollout_fragment_length`` steps, and a replay algorithm's SGD steps
+    per fragment count those, not one Ray worker's."""
+    return config.device.num_envs or max(1, config.rollout.num_workers) * config.rollout.num_envs_per_worker
+
+
 class ReplayBuffer(NamedTuple):
     """An on-device replay buffer as pure functions over its state: ``init(batch, capacity)``
     (``batch``: the shapes of one prepared batch, as ``DeviceSpec.prepare`` makes it),

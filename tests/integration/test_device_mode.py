@@ -67,6 +67,30 @@ def test_dqn_trains_from_an_on_device_replay_buffer():
     assert algo.evaluate(episodes=3)["return_mean"] > 100
 
 
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_the_replay_ratio_counts_the_devices_environments(num_envs):
+    """samples_per_insert is per env step whatever num_envs is: with num_envs below Ray mode's
+    num_envs_per_worker (8), each fragment of num_envs x 32 steps trains round(num_envs x 32 x 4
+    / 16) SGD steps of 16, not 8 envs' worth (the SGD steps once counted num_envs_per_worker)."""
+    algo = Algorithm.build(
+        "DQN",
+        env=CARTPOLE,
+        num_envs=num_envs,
+        rollout_fragment_length=32,
+        samples_per_insert=4.0,
+        train_batch_size=16,
+        learning_starts=1,
+        iterations_per_call=1,
+        min_env_steps_per_iteration=0,
+    )
+    for _ in range(3):
+        result = algo.train()
+    assert result["env_steps_sampled"] == 3 * num_envs * 32
+    assert result["env_steps_trained"] == 4 * result["env_steps_sampled"]
+    assert result["num_updates"] == 3
+    algo.stop()
+
+
 def test_ppo_runs_on_minatar_breakout():
     algo = Algorithm.build("PPO", env="gymnax/Breakout-MinAtar", num_envs=16, iterations_per_call=2)
     r = algo.train()
