@@ -23,6 +23,7 @@ METRIC_TEXT = {
 }
 FAMILY_ORDER = (
     "PPO, MuJoCo (1M env steps)",
+    "SAC and TD3, MuJoCo (300k env steps)",
     "SAC, TD3 and DDPG on Pendulum-v1 (20k env steps)",
     "PPO, classic control (gymnax, device mode)",
     "DQN, classic control (gymnax, device mode)",

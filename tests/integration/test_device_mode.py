@@ -67,11 +67,11 @@ def test_dqn_trains_from_an_on_device_replay_buffer():
     assert algo.evaluate(episodes=3)["return_mean"] > 100
 
 
-@pytest.mark.parametrize("num_envs", [1, 2])
-def test_the_replay_ratio_counts_the_devices_environments(num_envs):
-    """samples_per_insert is per env step whatever num_envs is: with num_envs below Ray mode's
-    num_envs_per_worker (8), each fragment of num_envs x 32 steps trains round(num_envs x 32 x 4
-    / 16) SGD steps of 16, not 8 envs' worth (the SGD steps once counted num_envs_per_worker)."""
+def test_the_replay_ratio_counts_the_devices_environments():
+    """samples_per_insert is per env step whatever num_envs is: with num_envs (2) below Ray
+    mode's num_envs_per_worker (8), each fragment of 2 x 32 steps trains 2 x 32 x 4 / 16 SGD
+    steps of 16, not 8 envs' worth (the SGD steps once counted num_envs_per_worker: 4x the ratio)."""
+    num_envs = 2
     algo = Algorithm.build(
         "DQN",
         env=CARTPOLE,
