@@ -22,7 +22,7 @@ from typing import Any
 import gymnasium
 
 from jaxflow.envs.registry import entry
-from jaxflow.envs.user_envs import EnvEntry, custom_entry
+from jaxflow.envs.user_envs import REGISTERED, EnvEntry
 
 USER_ONLY_OPTIONS = ("render_mode",)
 """Options a checkpoint may not set: they act on the user's machine (windows, files), not on
@@ -80,7 +80,7 @@ def env_options(env_id: str) -> list[str] | None:
         return _gymnax_options(e)
     if e.kind in ("brax", "jaxlib"):  # brax_envs and the JAX libraries check their own
         return None
-    if custom_entry(env_id) is None and env_id in gymnasium.registry:  # gymnasium's own registry
+    if env_id not in REGISTERED and env_id in gymnasium.registry:  # gymnasium's registry
         return _gymnasium_options(env_id)
     return _factory_options(e)
 

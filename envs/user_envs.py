@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -42,9 +43,37 @@ REGISTERED_MULTIAGENT: dict[str, EnvEntry] = {}
 """Multi-agent ids registered in this process."""
 
 
+CONTEXT_PARAMETER = "context"
+"""A factory whose first parameter has this name is also given the copy's :class:`EnvContext`."""
+
+
 def register(env_id: str, factory: Callable[..., gymnasium.Env], description: str = "") -> None:
-    """Registers a CPU environment: ``factory(context: EnvContext, **kwargs) -> gymnasium.Env``."""
-    REGISTERED[env_id] = EnvEntry(env_id, "gymnasium", factory, description)
+    """Registers a CPU environment as ``env_id``: a ``gymnasium.Env`` class, or a function
+    returning one, called with the run's ``env_config`` as keyword arguments. A factory whose
+    first parameter is named ``context`` is also given the copy's :class:`EnvContext` first
+    (worker and vector index, incarnation, seed: how an env can behave differently in one copy).
+    Ray workers get the entry with the run.
+
+    >>> import gymnasium
+    >>> class Corridor(gymnasium.Env):
+    ...     def __init__(self, length: int = 5): ...
+    >>> register("me/Corridor-v0", Corridor)
+    >>> custom_entry("me/Corridor-v0").factory(EnvContext(), length=3).__class__.__name__
+    'Corridor'
+    """
+    if not callable(factory):
+        raise TypeError(f"envs.register({env_id!r}, ...) takes a gymnasium.Env class or a function, got {factory!r}.")
+    made = factory if _takes_context(factory) else PlainFactory(factory)
+    REGISTERED[env_id] = EnvEntry(env_id, "gymnasium", made, description)
+
+
+def _takes_context(factory: Callable[..., Any]) -> bool:
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: a plain factory
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return bool(parameters) and parameters[0].name == CONTEXT_PARAMETER and parameters[0].kind in positional
 
 
 USER_PREFIX = "user/"
@@ -100,11 +129,41 @@ def register_multiagent(env_id: str, factory: Callable[..., ParallelEnv], descri
     REGISTERED_MULTIAGENT[env_id] = EnvEntry(env_id, "multiagent", factory, description)
 
 
+GYMNASIUM_IDS_AT_IMPORT = frozenset(gymnasium.registry)
+"""gymnasium's ids when jaxflow's registry was imported. One added later (a script's or a
+notebook's ``gymnasium.register``) exists in the driver's process only."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecFactory:
+    """A gymnasium ``EnvSpec`` registered in the driver, made where that registration never ran
+    (a Ray worker) with ``gymnasium.make(spec)``; an entry point defined in ``__main__`` or a
+    notebook travels by value."""
+
+    spec: gymnasium.envs.registration.EnvSpec
+
+    def __call__(self, context: EnvContext, **kwargs: Any) -> gymnasium.Env:
+        del context  # seeded by reset
+        return gymnasium.make(self.spec, **kwargs)
+
+
 def custom_entry(env_id: str) -> EnvEntry | None:
-    """The entry of an id added with :func:`register` or :func:`register_multiagent` in this
-    process (None for gymnasium's and gymnax's own ids). A run sends it to its Ray workers,
-    whose processes have not run the registration."""
-    return REGISTERED.get(env_id) or REGISTERED_MULTIAGENT.get(env_id)
+    """The entry of an id registered in this process that a fresh process would not know: one
+    added with :func:`register` or :func:`register_multiagent`, or a gymnasium id registered
+    after jaxflow was imported or to an entry point in ``__main__`` (None for jaxflow's,
+    gymnasium's and gymnax's own ids). A run sends it to its Ray workers."""
+    return REGISTERED.get(env_id) or REGISTERED_MULTIAGENT.get(env_id) or _driver_gymnasium_entry(env_id)
+
+
+def _driver_gymnasium_entry(env_id: str) -> EnvEntry | None:
+    spec = gymnasium.registry.get(env_id)
+    if spec is None:
+        return None
+    entry_point = spec.entry_point
+    importable = isinstance(entry_point, str) and not entry_point.startswith("__main__:")
+    if env_id in GYMNASIUM_IDS_AT_IMPORT and importable:
+        return None
+    return EnvEntry(env_id, "gymnasium", SpecFactory(spec), "registered with gymnasium in the driver")
 
 
 def adopt(e: EnvEntry) -> None:
