@@ -3,6 +3,7 @@ agents) plays its greedy actions for a number of episodes, and one summary of th
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -16,6 +17,8 @@ from jaxflow.dataflow import placement
 from jaxflow.policies.policy import Policy
 from jaxflow.rollout.normalize import Normalizer, normalize_observations
 from jaxflow.rollout.video import DEFAULT_FPS, EpisodeVideo, video_env
+
+log = logging.getLogger(__name__)
 
 
 def evaluation_seed(config: Any, seed: int | None) -> int:
@@ -70,6 +73,21 @@ EVALUATION_BATCH = 16
 forward pass, not the env, is most of a greedy CartPole step on the host."""
 
 
+EVALUATION_STEP_LIMIT = 100_000
+"""Steps after which a greedy evaluation episode is cut where neither the env's time limit nor
+the config's ``max_episode_length`` ends it sooner: a policy that balances an env without a
+time limit would otherwise play forever."""
+
+
+def episode_limit(config: Any, env: Any) -> int:
+    """The steps an evaluation episode of ``env`` may last: ``config``'s ``max_episode_length``
+    where it has one, else :data:`EVALUATION_STEP_LIMIT` or the env's own longer time limit."""
+    own = getattr(config, "max_episode_length", None)
+    if own:
+        return int(own)
+    return max(EVALUATION_STEP_LIMIT, getattr(getattr(env, "spec", None), "max_episode_steps", None) or 0)
+
+
 def evaluate_policy(
     config: Any,
     policy: Policy,
@@ -87,7 +105,8 @@ def evaluate_policy(
     them. Returns are the environment's own rewards, never scaled. With ``video_dir``, each
     episode is also written there as ``episode_<k>.mp4`` (listed under ``videos``), one episode
     at a time. Where ``config`` caps its episodes (ES's and ARS's ``max_episode_length``), an
-    episode ends there too. ``kept``: envs of ``config.env`` (a list this call adds to where it
+    episode ends there too; otherwise an episode that has not ended after :func:`episode_limit`
+    steps is cut there, with a warning (the env has no time limit). ``kept``: envs of ``config.env`` (a list this call adds to where it
     needs more) and :func:`compiled_greedy`'s functions to play with, left open, which an
     :class:`Evaluator` keeps from call to call."""
     seed = evaluation_seed(config, seed)
@@ -107,10 +126,27 @@ def evaluate_policy(
             videos.append(video.path)
         r, n = play_greedy(config, policy, compiled, params, pool[:batch], seeds, normalizer, video)
         returns, lengths = returns + r, lengths + n
+    _warn_cut(config, pool[0], lengths)
     if kept is None:
         for env in pool:
             env.close()
     return summarize_returns(returns, lengths=lengths, **({"videos": videos} if video_dir else {}))
+
+
+def _warn_cut(config: Any, env: Any, lengths: Sequence[int]) -> None:
+    if getattr(config, "max_episode_length", None) or getattr(getattr(env, "spec", None), "max_episode_steps", None):
+        return  # episodes end where the config or the env's own time limit says
+    limit = episode_limit(config, env)
+    cut = sum(n >= limit for n in lengths)
+    if cut:
+        log.warning(
+            "evaluation: %d of %d episodes of %s ran %d steps without ending and were cut there "
+            "(the env has no time limit; register it with max_episode_steps to set one)",
+            cut,
+            len(lengths),
+            config.env,
+            limit,
+        )
 
 
 def play_greedy(
@@ -136,7 +172,7 @@ def play_greedy(
         video.add(pool[0].render())
     totals, lengths = np.zeros(len(seeds)), np.zeros(len(seeds), np.int64)
     playing = np.ones(len(seeds), bool)
-    max_length = getattr(config, "max_episode_length", None)
+    max_length = episode_limit(config, pool[0])
     while playing.any():
         actions = greedy_env_actions(config, policy, act, params, np.stack(obs), normalizer)
         for i in np.flatnonzero(playing).tolist():
