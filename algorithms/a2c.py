@@ -28,7 +28,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.config.fields import NON_NEGATIVE, SIZE, UNIT, param, require
 from jaxflow.ops.multiagent_ops import on_policy_flow
 from jaxflow.ops.rollout_ops import bulk_sync_env_steps
 from jaxflow.policies import Policy
@@ -48,7 +48,7 @@ class A2CConfig(CommonConfig):
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=16))
     """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); A2C's fragments are 16 steps."""
-    train_batch_size: int = param(256, POSITIVE)
+    train_batch_size: int = param(256, SIZE)
     """Env steps per gradient step; fragments are joined until there are at least this many."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=2e-3))
     """Adam (see :class:`~jaxflow.config.OptimizerConfig`); A2C's learning rate is 2e-3."""

@@ -20,7 +20,7 @@ from jaxflow import (
 )
 from jaxflow.algorithms.a2c import loss, postprocess
 from jaxflow.config import OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, UNIT, param
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, UNIT, param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +39,7 @@ class A3CConfig(CommonConfig):
     """Weight of the value loss."""
     ent_coef: float = param(0.01, NON_NEGATIVE)
     """Weight of the entropy bonus."""
-    min_env_steps_per_iteration: int = param(2000, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(2000, COUNT)
     """A training iteration applies gradients until this many env steps were sampled."""
 
 

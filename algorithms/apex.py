@@ -28,7 +28,7 @@ from jaxflow import (
 )
 from jaxflow.algorithms.dqn import DQN, DQNConfig, beta_schedule, epsilon_greedy, make_replay
 from jaxflow.config import DistributedReplayConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, SIZE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
 from jaxflow.rollout.batch import SampleBatch
 
@@ -40,11 +40,11 @@ class APEXConfig(DQNConfig):
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=2, rollout_fragment_length=16))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`), each with its own exploration rate;
     Ape-X has two by default (at least one), with DQN's 16-step fragments."""
-    num_replay_shards: int = param(2, POSITIVE)
+    num_replay_shards: int = param(2, SIZE)
     """Replay shard actors; each fragment goes to one chosen at random."""
-    buffer_size: int = param(100_000, POSITIVE)
+    buffer_size: int = param(100_000, SIZE)
     """Transitions kept over all replay shards."""
-    train_batch_size: int = param(128, POSITIVE)
+    train_batch_size: int = param(128, SIZE)
     """Replayed transitions per SGD step."""
     distributed: DistributedReplayConfig = param(None, factory=DistributedReplayConfig)
     """Replay requests, requests in flight and the learner thread's queues (see
@@ -52,15 +52,15 @@ class APEXConfig(DQNConfig):
     samples_per_insert: float | None = None  # type: ignore[assignment]  # Ape-X's limiter is optional, DQN's is not
     """Rate limiter (Reverb's sample-to-insert ratio) on every shard; None (default) lets the
     learner replay as fast as it can, as in the paper."""
-    target_update_period: int = param(100, POSITIVE)
+    target_update_period: int = param(100, SIZE)
     """SGD steps between target network copies."""
-    max_weight_sync_delay: int = param(400, POSITIVE)
+    max_weight_sync_delay: int = param(400, SIZE)
     """Env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
     worker_epsilon_base: float = param(0.4, UNIT)
     """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
     worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
     """alpha in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
-    min_env_steps_per_iteration: int = param(5_000, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(5_000, COUNT)
     """Env steps sampled per reported training iteration."""
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ from jaxflow import RunHooks, register_algorithm
 from jaxflow.algorithms.apex import actor_rate, check_distributed, make_limited_replay, plan
 from jaxflow.algorithms.td3 import DDPG, DDPGConfig, noisy_actions
 from jaxflow.config import DistributedReplayConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, SIZE, UNIT, param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,17 +27,17 @@ class APEXDDPGConfig(DDPGConfig):
     """Actors (see :class:`~jaxflow.config.RolloutConfig`), each with its own noise scale."""
     distributed: DistributedReplayConfig = param(None, factory=lambda: DistributedReplayConfig(replay_batch_size=256))
     """Replay requests, requests in flight and the learner thread's queues."""
-    num_replay_shards: int = param(2, POSITIVE)
+    num_replay_shards: int = param(2, SIZE)
     """Replay shard actors; each fragment goes to one chosen at random."""
-    buffer_size: int = param(100_000, POSITIVE)
+    buffer_size: int = param(100_000, SIZE)
     """Transitions kept over all replay shards."""
-    train_batch_size: int = param(256, POSITIVE)
+    train_batch_size: int = param(256, SIZE)
     """Replayed transitions per SGD step."""
     samples_per_insert: float | None = None  # type: ignore[assignment]  # as Ape-X's: optional
     """Rate limiter on every shard; None (default) lets the learner replay as fast as it can."""
-    n_step: int = param(3, POSITIVE)
+    n_step: int = param(3, SIZE)
     """n-step returns, as in the paper."""
-    target_update_period: int = param(100, POSITIVE)
+    target_update_period: int = param(100, SIZE)
     """SGD steps between target network updates (the paper copies every 100)."""
     tau: float = param(1.0, UNIT)
     """1: the target network is copied (the paper's)."""
@@ -45,9 +45,9 @@ class APEXDDPGConfig(DDPGConfig):
     """Actor 0's noise std in ``[-1, 1]`` action units; the others' fall off as Ape-X's epsilons do."""
     worker_noise_alpha: float = param(7.0, NON_NEGATIVE)
     """alpha in actor ``i``'s noise ``exploration_noise^(1 + alpha i / (N - 1))``."""
-    max_weight_sync_delay: int = param(400, POSITIVE)
+    max_weight_sync_delay: int = param(400, SIZE)
     """Env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
-    min_env_steps_per_iteration: int = param(2_000, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(2_000, COUNT)
     """Env steps sampled per reported training iteration."""
 
     def __post_init__(self) -> None:

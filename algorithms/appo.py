@@ -15,7 +15,7 @@ import rlax
 
 from jaxflow import AlgorithmSpec, LearnerHooks, RunHooks, register_algorithm
 from jaxflow.algorithms.impala import IMPALA, IMPALAConfig, evaluate_sequences, plan, postprocess, vtrace_targets
-from jaxflow.config.fields import POSITIVE, param, require
+from jaxflow.config.fields import POSITIVE, SIZE, param, require
 from jaxflow.policies import Policy
 
 Array = jax.Array
@@ -29,9 +29,9 @@ class APPOConfig(IMPALAConfig):
 
     clip_eps: float = param(0.2, POSITIVE)
     """Clipping of the ratio between the current and the behaviour policy."""
-    num_epochs: int = param(2, POSITIVE)
+    num_epochs: int = param(2, SIZE)
     """Passes over each train batch."""
-    minibatch_sequences: int = param(8, POSITIVE)
+    minibatch_sequences: int = param(8, SIZE)
     """Fragments (sequences of rollout_fragment_length steps) per SGD step."""
 
     def __post_init__(self) -> None:

@@ -32,7 +32,7 @@ from jaxflow import (
     register_algorithm,
 )
 from jaxflow.config import OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, POSITIVE, SIZE, UNIT, param, require
 from jaxflow.learn.to_device import ToDevice
 from jaxflow.policies import Policy
 from jaxflow.policies.sequences import SEQUENCE_FIELDS, STARTS_FIELD, STATE_FIELD
@@ -52,7 +52,7 @@ class IMPALAConfig(CommonConfig):
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`); 32-step fragments, over which V-trace runs."""
-    train_batch_size: int = param(512, POSITIVE)
+    train_batch_size: int = param(512, SIZE)
     """Env steps per learner update; fragments are joined until there are at least this many."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3))
     """Adam (see :class:`~jaxflow.config.OptimizerConfig`); IMPALA's learning rate is 1e-3."""
@@ -66,15 +66,15 @@ class IMPALAConfig(CommonConfig):
     """Weight of the value loss."""
     ent_coef: float = param(0.01, NON_NEGATIVE)
     """Weight of the entropy bonus."""
-    broadcast_interval: int = param(1, POSITIVE)
+    broadcast_interval: int = param(1, SIZE)
     """Learner updates between two weight broadcasts to every actor."""
-    num_async: int = param(2, POSITIVE)
+    num_async: int = param(2, SIZE)
     """Sample requests in flight per actor."""
-    learner_queue_size: int = param(4, POSITIVE)
+    learner_queue_size: int = param(4, SIZE)
     """Train batches waiting for the learner thread."""
-    prefetch_batches: int = param(2, POSITIVE)
+    prefetch_batches: int = param(2, SIZE)
     """Train batches already transferred to the learner's devices ahead of the learner thread."""
-    min_env_steps_per_iteration: int = param(10_000, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(10_000, COUNT)
     """Env steps sampled per reported training iteration."""
     send_frames_once: bool = param(True)
     """Frame-stack observations ([k, H, W], k >= 2) travel from the actors to the learner as

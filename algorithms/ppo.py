@@ -32,7 +32,7 @@ from jaxflow import (
 )
 from jaxflow.algorithms.a2c import postprocess
 from jaxflow.config import OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, SIZE, UNIT, param, require
 from jaxflow.envs import BRAX_PREFIX, GYMNAX_PREFIX
 from jaxflow.ondevice.spec import flat_batch
 from jaxflow.ops.multiagent_ops import on_policy_flow
@@ -56,11 +56,11 @@ class PPOConfig(CommonConfig):
         None, factory=lambda: RolloutConfig(num_envs_per_worker=16, rollout_fragment_length=32)
     )
     """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); PPO's step 16 envs each, 32-step fragments."""
-    train_batch_size: int = param(1024, POSITIVE)
+    train_batch_size: int = param(1024, SIZE)
     """Env steps per training iteration; fragments are joined until there are at least this many."""
-    minibatch_size: int = param(256, POSITIVE)
+    minibatch_size: int = param(256, SIZE)
     """Samples per SGD step."""
-    num_epochs: int = param(8, POSITIVE)
+    num_epochs: int = param(8, SIZE)
     """Passes over each train batch."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3))
     """Adam (see :class:`~jaxflow.config.OptimizerConfig`); PPO's learning rate is 1e-3."""

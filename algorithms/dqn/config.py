@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from jaxflow.config import OffPolicyConfig, OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import POSITIVE, UNIT, Check, param, require
+from jaxflow.config.fields import MAX_SIZE, POSITIVE, SIZE, UNIT, Check, param, require
 
-AT_LEAST_TWO = Check(low=2)
+AT_LEAST_TWO = Check(low=2, high=MAX_SIZE, high_name="MAX_SIZE")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class DQNConfig(OffPolicyConfig):
     """Exploration rate at the start."""
     epsilon_final: float = param(0.02, UNIT)
     """Exploration rate after ``epsilon_timesteps``."""
-    epsilon_timesteps: int = param(10_000, POSITIVE)
+    epsilon_timesteps: int = param(10_000, SIZE)
     """Env steps (over all workers) of the linear epsilon decay."""
     huber_delta: float = param(1.0, POSITIVE)
     """Quadratic-to-linear switch point of the TD loss."""

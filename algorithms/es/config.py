@@ -11,7 +11,7 @@ import optax
 from jaxflow import CommonConfig
 from jaxflow.algorithms.es.core import antithetic_gradient, top_directions_gradient
 from jaxflow.config import OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, param, require
+from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, SIZE, param, require
 from jaxflow.learn.sgd import make_optimizer
 
 Array = jax.Array
@@ -29,15 +29,15 @@ class SearchConfig(CommonConfig):
     ``on_worker_failure``, ``normalize_observations`` and ``normalize_clip`` apply; ``gamma``
     and the device group's ``num_envs`` do not)."""
 
-    population_size: int = param(256, POSITIVE)
+    population_size: int = param(256, SIZE)
     """Episodes per generation: ``population_size / 2`` perturbations, each played as
     ``theta + sigma eps`` and ``theta - sigma eps``. In device mode a multiple of twice the
     number of local devices, which each evaluate an equal share."""
     noise_std: float = param(0.02, POSITIVE)
     """sigma, the scale of the perturbations."""
-    noise_table_size: int = param(10_000_000, POSITIVE)
+    noise_table_size: int = param(10_000_000, SIZE)
     """Floats in the shared noise table (40 MB at the default); at least the parameter count."""
-    max_episode_length: int = param(DEFAULT_MAX_EPISODE_LENGTH, POSITIVE)
+    max_episode_length: int = param(DEFAULT_MAX_EPISODE_LENGTH, SIZE)
     """Steps after which a member's episode is cut, its return so far counted (and the
     evaluation's episodes too): an env's own time limit ends episodes first where it is
     shorter (CartPole's 500); an env without one would otherwise never end a generation.
@@ -102,11 +102,11 @@ class ARSConfig(SearchConfig):
     states, the ``top_directions`` best of the perturbations, a plain step scaled by their
     returns' standard deviation."""
 
-    population_size: int = param(32, POSITIVE)
+    population_size: int = param(32, SIZE)
     """Episodes per generation: ``2 N`` for ``N`` directions."""
     noise_std: float = param(0.03, POSITIVE)
     """nu, the scale of the perturbations."""
-    top_directions: int = param(8, POSITIVE)
+    top_directions: int = param(8, SIZE)
     """b, the directions of the largest ``max(r+, r-)`` that the step uses (at most ``population_size / 2``)."""
     hidden_sizes: tuple[int, ...] = ()
     """No hidden layers: a linear policy (a discrete action space: the argmax of a linear map)."""

@@ -7,7 +7,7 @@ import dataclasses
 
 from jaxflow import CommonConfig, envs
 from jaxflow.config import OptimizerConfig
-from jaxflow.config.fields import POSITIVE, ConfigError, param, require
+from jaxflow.config.fields import POSITIVE, SIZE, ConfigError, param, require
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,14 +20,14 @@ class MAMLConfig(CommonConfig):
     env: str = "tasks/PointNavigation-v0"
     """Task distribution id, one of :func:`envs.tasks.list_task_distributions`; ``env_config``
     goes to its constructor (e.g. ``{"horizon": 50}``)."""
-    meta_batch_size: int = param(20, POSITIVE)
+    meta_batch_size: int = param(20, SIZE)
     """Tasks per meta-iteration."""
-    episodes_per_task: int = param(10, POSITIVE)
+    episodes_per_task: int = param(10, SIZE)
     """Episodes per task in each phase, before and after adaptation (at least 2: the baseline
     is the other episodes' mean)."""
     inner_lr: float = param(0.1, POSITIVE)
     """Step size alpha of the inner SGD steps."""
-    inner_steps: int = param(1, POSITIVE)
+    inner_steps: int = param(1, SIZE)
     """Inner gradient steps, all on the pre-adaptation episodes."""
     optimizer: OptimizerConfig = param(None, factory=lambda: OptimizerConfig(lr=1e-3, max_grad_norm=10.0))
     """The meta-update's Adam (see :class:`~jaxflow.config.OptimizerConfig`): learning rate beta

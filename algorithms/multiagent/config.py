@@ -9,8 +9,10 @@ from typing import Any, Literal
 from jaxflow import envs
 from jaxflow.api.registry import get_algorithm, multiagent_algorithms
 from jaxflow.config import (
-    NON_NEGATIVE,
-    POSITIVE,
+    COUNT,
+    MAX_SEED,
+    SIZE,
+    Check,
     ConfigError,
     RolloutConfig,
     StrictKeywords,
@@ -49,14 +51,14 @@ class MultiAgentConfig(StrictKeywords):
     """A multi-agent environment id (see `jaxflow list`)."""
     env_config: dict = param(None, factory=dict)
     """Keyword arguments for the environment's constructor."""
-    seed: int = param(0, NON_NEGATIVE)
+    seed: int = param(0, Check(low=0, high=MAX_SEED, high_name="MAX_SEED"))
     """Seeds every policy's parameters and every environment copy."""
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
     """The rollout workers every policy shares (see :class:`~jaxflow.config.RolloutConfig`):
     32-step fragments by default; python vector envs only, and no sampling ahead."""
-    metrics_num_episodes: int = param(100, POSITIVE)
+    metrics_num_episodes: int = param(100, SIZE)
     """Episode statistics average this many most recent episodes."""
-    min_env_steps_per_iteration: int = param(4096, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(4096, COUNT)
     """A training iteration lasts at least this many sampled env steps."""
     mode: Literal["ray"] = "ray"
     """Multi-agent runs use Ray rollout workers."""

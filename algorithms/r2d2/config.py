@@ -11,7 +11,7 @@ from typing import ClassVar
 from jaxflow import envs
 from jaxflow.algorithms.apex import check_distributed
 from jaxflow.config import DeviceConfig, DistributedReplayConfig, OffPolicyConfig, OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, Check, param, require
+from jaxflow.config.fields import COUNT, MAX_SIZE, NON_NEGATIVE, POSITIVE, SIZE, UNIT, Check, param, require
 
 SEQUENCE_PERIOD = 10
 """CartPole-scale: a new sequence every 10 steps, half the stored 20 (the paper's 40 of 120)."""
@@ -51,12 +51,12 @@ class R2D2Config(OffPolicyConfig):
     """Widths of the MLP torso before the LSTM."""
     dueling: bool = param(True)
     """Dueling value/advantage head on the LSTM's output."""
-    burn_in: int = param(4, NON_NEGATIVE)
+    burn_in: int = param(4, COUNT)
     """Steps at a sequence's start that only warm the LSTM state up (no loss, no gradient)."""
-    trace_length: int = param(16, Check(low=2))
+    trace_length: int = param(16, Check(low=2, high=MAX_SIZE, high_name="MAX_SIZE"))
     """Steps after the burn-in that the loss trains on (its last step is only bootstrapped
     from); at least 2, so ``burn_in`` is always below the sequence length."""
-    sequence_period: int = param(SEQUENCE_PERIOD, POSITIVE)
+    sequence_period: int = param(SEQUENCE_PERIOD, SIZE)
     """Steps between the starts of two stored sequences of an env (overlapping when below
     ``burn_in + trace_length``); must equal ``rollout_fragment_length`` and divide the length."""
     priority_eta: float = param(0.9, UNIT)
@@ -67,19 +67,19 @@ class R2D2Config(OffPolicyConfig):
     """epsilon in ``eps_i = epsilon^(1 + alpha * i / (N - 1))`` over the N environments (Ray mode: actors)."""
     worker_epsilon_alpha: float = param(7.0, NON_NEGATIVE)
     """alpha in ``eps_i = epsilon^(1 + alpha * i / (N - 1))``."""
-    n_step: int = param(3, POSITIVE)
+    n_step: int = param(3, SIZE)
     """Steps summed into each return before bootstrapping (the paper's 5)."""
-    train_batch_size: int = param(32, POSITIVE)
+    train_batch_size: int = param(32, SIZE)
     """Replayed sequences per SGD step."""
-    buffer_size: int = param(4_000, POSITIVE)
+    buffer_size: int = param(4_000, SIZE)
     """Sequences kept (the oldest are overwritten)."""
-    learning_starts: int = param(200, NON_NEGATIVE)
+    learning_starts: int = param(200, COUNT)
     """Sequences in the buffer (Ray mode: in each shard) before replay starts."""
     samples_per_insert: float = param(32.0, POSITIVE)
     """Replay ratio: trained steps (``trace_length`` per sequence) per env step sampled; 32
     makes 10 SGD steps of 32 sequences per fragment of 16 envs x 10 steps. In Ray mode the
     shards' rate limiter holds the learner to it (the actors are never held back)."""
-    target_update_period: int = param(100, POSITIVE)
+    target_update_period: int = param(100, SIZE)
     """SGD steps between two copies of the target network (the paper's 2500)."""
     prioritized_replay_alpha: float = param(0.9, NON_NEGATIVE)
     """The paper's priority exponent 0.9."""
@@ -88,7 +88,7 @@ class R2D2Config(OffPolicyConfig):
     distributed: DistributedReplayConfig = param(None, factory=lambda: DistributedReplayConfig(replay_batch_size=64))
     """Ray mode: replayed sequences per request (two SGD steps), requests in flight and the
     learner thread's queues (see :class:`~jaxflow.config.DistributedReplayConfig`)."""
-    max_weight_sync_delay: int = param(400, POSITIVE)
+    max_weight_sync_delay: int = param(400, SIZE)
     """Ray mode: env steps an actor samples between two fetches of the learner's weights (the paper's 400)."""
 
     def __post_init__(self) -> None:

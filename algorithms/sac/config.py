@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from jaxflow.config import NO_CLIPPING, OffPolicyConfig, OptimizerConfig, RolloutConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param
+from jaxflow.config.fields import COUNT, POSITIVE, SIZE, UNIT, param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,23 +22,23 @@ class ActorCriticsConfig(OffPolicyConfig):
     """Adam for every part alike (see :class:`~jaxflow.config.OptimizerConfig`); lr 3e-4, no clipping."""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """Widths of the actor's and each critic's hidden ReLU layers."""
-    train_batch_size: int = param(256, POSITIVE)
+    train_batch_size: int = param(256, SIZE)
     """Replayed transitions per SGD step."""
     samples_per_insert: float = param(256.0, POSITIVE)
     """Replay ratio; 256 (= train_batch_size) is one SGD step per env step."""
-    buffer_size: int = param(1_000_000, POSITIVE)
+    buffer_size: int = param(1_000_000, SIZE)
     """Transitions kept over all replay shards."""
-    n_step: int = param(1, POSITIVE)
+    n_step: int = param(1, SIZE)
     """Steps summed into each return before bootstrapping."""
-    target_update_period: int = param(1, POSITIVE)
+    target_update_period: int = param(1, SIZE)
     """SGD steps between two target updates."""
     tau: float = param(0.005, UNIT)
     """Polyak averaging rate of the target networks per SGD step."""
     prioritized_replay: bool = param(False)
     """Sample in proportion to |TD error|^alpha (False: uniformly, as in the paper)."""
-    max_weight_sync_delay: int = param(64, POSITIVE)
+    max_weight_sync_delay: int = param(64, SIZE)
     """Env steps a worker samples between two fetches of the learner's weights."""
-    min_env_steps_per_iteration: int = param(1_000, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(1_000, COUNT)
     """Env steps sampled per reported training iteration."""
 
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from jaxflow.algorithms.sac.config import ActorCriticsConfig
 from jaxflow.config import NO_CLIPPING, OptimizerConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, param
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, SIZE, param
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +20,7 @@ class TD3Config(ActorCriticsConfig):
     """Adam for actor and critics (see :class:`~jaxflow.config.OptimizerConfig`); lr 1e-3, no clipping."""
     exploration_noise: float = param(0.1, NON_NEGATIVE)
     """Standard deviation of the Gaussian noise added to the actor's action while sampling."""
-    random_steps: int = param(1_000, NON_NEGATIVE)
+    random_steps: int = param(1_000, COUNT)
     """Env steps each worker (or device-mode run) takes uniformly random actions before the actor acts."""
     twin_q: bool = param(True)
     """Two critics and the minimum of their targets (clipped double Q-learning)."""
@@ -28,7 +28,7 @@ class TD3Config(ActorCriticsConfig):
     """Target policy smoothing: standard deviation of the noise on the target action (0: none)."""
     target_noise_clip: float = param(0.5, NON_NEGATIVE)
     """The smoothing noise is clipped to ``[-target_noise_clip, target_noise_clip]``."""
-    policy_delay: int = param(2, POSITIVE)
+    policy_delay: int = param(2, SIZE)
     """SGD steps per actor step (the critics step every time)."""
 
 
@@ -41,5 +41,5 @@ class DDPGConfig(TD3Config):
     """One critic (DDPG)."""
     target_noise: float = param(0.0, NON_NEGATIVE)
     """No target policy smoothing (DDPG)."""
-    policy_delay: int = param(1, POSITIVE)
+    policy_delay: int = param(1, SIZE)
     """The actor steps with the critic (DDPG)."""

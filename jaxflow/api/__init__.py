@@ -16,13 +16,14 @@ _NAMES_BY_MODULE: dict[str, str] = {
     "jaxflow.api.checkpoint": "FORMAT_VERSION CheckpointError latest load_meta save verify",
     "jaxflow.api.checkpoint_state": "restore_state",
     "jaxflow.api.cli": "MODES main",
-    "jaxflow.api.loop": "STOP_KEYS parse_stop should_stop train",
+    "jaxflow.api.loop": "train",
     "jaxflow.api.program": "CheckpointFiles Program build_program resolve_mode standard_program",
     "jaxflow.api.ray_program": "RayProgram build_learner init_ray",
     "jaxflow.api.registry": "ENTRY_POINT_GROUP device_algorithms get_algorithm list_algorithms multiagent_algorithms register_algorithm spec_of",
     "jaxflow.api.restore": "plan_restore state_template",
     "jaxflow.api.spaces": "check_observation_space check_spaces env_spaces",
     "jaxflow.api.spec": "AlgorithmSpec LearnerHooks RunHooks WorkerHooks",
+    "jaxflow.api.stops": "STOP_KEYS parse_stop should_stop",
     "jaxflow.api.writers": "ConsoleProgress JsonLinesWriter TensorBoardWriter",
 }
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, save, verify
     from jaxflow.api.checkpoint_state import restore_state
     from jaxflow.api.cli import MODES, main
-    from jaxflow.api.loop import STOP_KEYS, parse_stop, should_stop, train
+    from jaxflow.api.loop import train
     from jaxflow.api.program import CheckpointFiles, Program, build_program, resolve_mode, standard_program
     from jaxflow.api.ray_program import RayProgram, build_learner, init_ray
     from jaxflow.api.registry import (
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from jaxflow.api.restore import plan_restore, state_template
     from jaxflow.api.spaces import check_observation_space, check_spaces, env_spaces
     from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
+    from jaxflow.api.stops import STOP_KEYS, parse_stop, should_stop
     from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
 
 

@@ -216,11 +216,14 @@ def find_checkpoint(path: str) -> tuple[str, dict[str, Any]]:
     return found.path, found.meta
 
 
-def load_policy(path: str, member: int | str | None = None) -> tuple[Any, Policy, Any, Normalizer | None]:
+def load_policy(
+    path: str, member: int | str | None = None, plan: RestorePlan | None = None
+) -> tuple[Any, Policy, Any, Normalizer | None]:
     """``(config, policy, params, normalizer)`` of a checkpoint of a standard program, without
     starting Ray; ``normalizer`` holds the run's observation statistics where it normalized them.
-    Of a device-mode run of several members, member ``member`` (see :func:`pick_member`)."""
-    plan = plan_restore(path)
+    Of a device-mode run of several members, member ``member`` (see :func:`pick_member`).
+    ``plan``: the :func:`~jaxflow.api.restore.plan_restore` of ``path`` where the caller has it."""
+    plan = plan or plan_restore(path)
     if plan.template is None:
         raise checkpoint.fail(plan.path, f"{plan.spec.name} runs a program of its own: load it with Algorithm.restore")
     state = checkpoint_state.restore_state(plan.path, plan.template.state)

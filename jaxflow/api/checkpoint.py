@@ -29,6 +29,7 @@ from jaxflow import envs
 from jaxflow.api import manifest
 from jaxflow.api.logdir import CHECKPOINT_META
 from jaxflow.api.registry import get_algorithm
+from jaxflow.api.retention import named_best
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import from_json_dict
 from jaxflow.replay import saved as saved_replay
@@ -47,8 +48,14 @@ META_KEYS: dict[str, type] = {
 
 _NAME = re.compile(r"^checkpoint_(\d+)$")
 _ASIDE = re.compile(r"^\.old-checkpoint_(\d+)-[0-9a-f]+$")
+_ID_CHARS = 8
+"""Hex digits of the random id in the names of :func:`save`'s temporary and set-aside folders."""
+_UNFINISHED = re.compile(rf"^\.tmp-checkpoint_\d+-[0-9a-f]{{{_ID_CHARS}}}$")
+"""The temporary folder of a save not (yet) renamed into place: what a killed save leaves."""
 
 log = logging.getLogger(__name__)
+_WARNED_UNSEALED: set[str] = set()
+"""Format-1 checkpoints this process has warned of (:func:`verify`)."""
 
 
 class CheckpointError(ConfigError):
@@ -78,14 +85,14 @@ def save(
     os.makedirs(directory, exist_ok=True)
     name = f"checkpoint_{iteration:06d}"
     final = os.path.join(directory, name)
-    tmp = os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex[:8]}")
+    tmp = os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex[:_ID_CHARS]}")
     try:
         with ocp.StandardCheckpointer() as ckptr:
             ckptr.save(os.path.join(tmp, "state"), jax.device_get(state))
         recorded = write_extra(tmp) if write_extra is not None else None
         _write_meta(tmp, dict(meta, **(recorded or {}), format_version=FORMAT_VERSION, iteration=iteration))
         manifest.write_manifest(tmp)
-        _replace(tmp, final, os.path.join(directory, f".old-{name}-{uuid.uuid4().hex[:8]}"))
+        _replace(tmp, final, os.path.join(directory, f".old-{name}-{uuid.uuid4().hex[:_ID_CHARS]}"))
         for stale in candidates(directory):  # older copies of this iteration, left by writes killed mid-replace
             if os.path.basename(stale).startswith(f".old-{name}-"):
                 shutil.rmtree(stale, ignore_errors=True)
@@ -179,7 +186,8 @@ def verify(path: str) -> dict[str, Any]:
         raise fail(path, f"{META}: {e}") from e
     except envs.UnknownEnvError:
         pass  # said when the run is built from it ("does not build")
-    if meta["format_version"] == UNSEALED_FORMAT:  # warned only once it loads: a refusal is one line
+    if meta["format_version"] == UNSEALED_FORMAT and path not in _WARNED_UNSEALED:  # once it loads, once a process
+        _WARNED_UNSEALED.add(path)  # a command verifies a checkpoint more than once: one warning
         log.warning("checkpoint %s has format %d, without a manifest: its files are unverified", path, UNSEALED_FORMAT)
     return meta
 
@@ -202,6 +210,19 @@ def candidates(directory: str) -> list[str]:
     return [os.path.join(directory, n) for *_, n in sorted(found, reverse=True)]
 
 
+def remove_unfinished(directory: str) -> list[str]:
+    """Removes the temporary folders of saves that never finished under ``directory`` (a killed
+    process's ``.tmp-checkpoint_<N>-<id>``: only folders named as :func:`save` names them, nothing
+    else) and returns their names. Call it only where no save is under way: a run starting or
+    resuming in its logdir."""
+    names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+    paths = {n: os.path.join(directory, n) for n in names if _UNFINISHED.match(n)}
+    removed = [n for n, p in paths.items() if os.path.isdir(p) and not os.path.islink(p)]  # a link is not save's
+    for name in removed:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    return removed
+
+
 def iteration_of(path: str) -> int:
     """The iteration of checkpoint ``path``: from its name, or its ``meta.json``."""
     m = _NAME.match(os.path.basename(path)) or _ASIDE.match(os.path.basename(path))
@@ -214,11 +235,14 @@ class Found(NamedTuple):
     skipped: list[tuple[str, str]]  # (checkpoint, why) of newer ones that did not verify
 
 
-def search(path: str, check: Callable[[str, dict[str, Any]], Any] | None = None) -> Found:
+def search(path: str, check: Callable[[str, dict[str, Any]], Any] | None = None, warn: bool = True) -> Found:
     """The checkpoint ``path`` names, verified; or the newest checkpoint under ``path`` that
-    verifies (and passes ``check(path, meta)``), each newer one it skipped logged as a warning.
-    Raises :class:`CheckpointError` when there is none, with why each one failed."""
+    verifies (and passes ``check(path, meta)``), each newer one it skipped logged as a warning
+    (unless not ``warn``: a caller that says them itself, as the command line does, from
+    :attr:`Found.skipped`). Raises :class:`CheckpointError` when there is none, with why each one failed.
+    A ``best_checkpoint.json``, or a Tune experiment's folder holding one, names its checkpoint."""
     path = os.path.abspath(path)
+    path = named_best(path) or path
     if is_checkpoint(path):
         return Found(path, _checked(path, check), [])
     skipped: list[tuple[str, str]] = []
@@ -228,7 +252,7 @@ def search(path: str, check: Callable[[str, dict[str, Any]], Any] | None = None)
         except CheckpointError as e:
             skipped.append((ckpt, str(e)))
             continue
-        for _, why in skipped:  # when none verifies, the error alone says why: one line
+        for _, why in skipped if warn else ():  # when none verifies, the error alone says why: one line
             log.warning("skipped %s", why)
         return Found(ckpt, meta, skipped)
     if not skipped:

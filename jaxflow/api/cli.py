@@ -12,8 +12,10 @@ from typing import Any
 
 from jaxflow.api.cli_args import import_modules, new_run, overrides, parse
 from jaxflow.api.cli_flags import MODES
+from jaxflow.api.interrupts import interruptible, starting_ray
 from jaxflow.api.logdir import claim_logdir
 from jaxflow.api.loggers import parse_loggers
+from jaxflow.api.stops import check_ahead, check_reported, parse_stop
 from jaxflow.api.user_errors import (
     check_address,
     check_evaluate,
@@ -27,11 +29,11 @@ __all__ = ["MODES", "main"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from jaxflow.api.loop import parse_stop, train
+    from jaxflow.api.loop import train
 
     stop = parse_stop(args.stop) or {"training_iteration": 100.0}
     store, resume = _storage(args)
-    algo, logdir = _resumed_run(args, resume) if resume else _new_run(args, store)
+    algo, logdir = _resumed_run(args, resume, stop) if resume else _new_run(args, store, stop)
     try:
         result = train(
             algo,
@@ -44,6 +46,11 @@ def _train(args: argparse.Namespace) -> int:
             keep_checkpoints=args.keep_checkpoints,
             storage=store,
         )
+    except Exception as e:
+        from jaxflow.api.failures import raise_run_failure
+
+        raise_run_failure(e, algo, logdir)  # a divergence guard's stop, in one line
+        raise
     finally:
         algo.stop()
     print(
@@ -54,14 +61,17 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resumed_run(args: argparse.Namespace, resume: str) -> tuple[Any, str]:
+def _resumed_run(args: argparse.Namespace, resume: str, stop: dict[str, float]) -> tuple[Any, str]:
     """``(algorithm, logdir)`` of ``train --resume``: the checkpoint verified and fitted to the
-    overrides before Ray starts, the run continued in the run directory it belongs to."""
+    overrides, and ``stop`` checked against its config and counters, before Ray starts; the run
+    continued in the run directory it belongs to."""
     from jaxflow.api.algorithm import Algorithm
     from jaxflow.api.program import resolve_mode
     from jaxflow.api.restore import plan_restore, run_directory
 
-    plan = plan_restore(resume, overrides(args), from_strings=True)  # verified before Ray starts
+    plan = plan_restore(resume, overrides(args), from_strings=True, warn=False)  # verified before Ray starts
+    check_reported(stop, plan.config)
+    check_ahead(stop, plan.meta.get("context", {}).get("counters", {}), plan.path)  # else one more iteration
     logdir = run_directory(resume)  # a checkpoint's folder continues the run it belongs to
     for _, why in plan.skipped:
         print(f"jaxflow: skipped {why}", flush=True)
@@ -72,14 +82,15 @@ def _resumed_run(args: argparse.Namespace, resume: str) -> tuple[Any, str]:
     return Algorithm.from_plan(plan), logdir
 
 
-def _new_run(args: argparse.Namespace, store: Any) -> tuple[Any, str]:
-    """``(algorithm, logdir)`` of a new run: its config, env spaces and model checked, its
-    storage and logdir claimed, all before Ray starts."""
+def _new_run(args: argparse.Namespace, store: Any, stop: dict[str, float]) -> tuple[Any, str]:
+    """``(algorithm, logdir)`` of a new run: its config, ``stop`` keys, env spaces and model
+    checked, its storage and logdir claimed, all before Ray starts."""
     from jaxflow.api.algorithm import Algorithm
     from jaxflow.api.program import resolve_mode
     from jaxflow.api.spaces import env_spaces
 
     spec, config = new_run(args)  # validated before any actor starts
+    check_reported(stop, config)  # a key the run never reports would train forever
     mode = resolve_mode(config, spec)
     if spec.run.program is None:  # a standard program acts in config.env: its spaces are checked before Ray starts
         env_spaces(config, spec)
@@ -104,7 +115,8 @@ def _start_ray(args: argparse.Namespace, spec: Any, config: Any, mode: str) -> N
     from jaxflow.api.ray_program import init_ray, needs_ray
 
     if mode == "ray" and (args.address or spec.plan is None or needs_ray(config, spec)):
-        init_ray(args.address)
+        with starting_ray():  # Ray's driver answers SIGTERM with a stack dump; jaxflow with one line
+            init_ray(args.address)
 
 
 def _storage(args: argparse.Namespace) -> tuple[Any, str | None]:
@@ -138,13 +150,13 @@ def _describe(config: Any, mode: str) -> str:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    from jaxflow.api import checkpoint
     from jaxflow.api.algorithm import Algorithm, load_policy
-    from jaxflow.api.registry import get_algorithm
+    from jaxflow.api.evaluation import EvaluationProgress
     from jaxflow.rollout.evaluation import evaluate_policy
 
-    ckpt = checkpoint.latest(args.checkpoint)
-    if ckpt is not None and get_algorithm(checkpoint.load_meta(ckpt)["algorithm"]).run.program is not None:
+    plan = _evaluated(args.checkpoint)
+    ckpt = plan.path
+    if plan.spec.run.program is not None:
         # A run with its own program (MAML, multi-agent) evaluates itself.
         algo = Algorithm.restore(ckpt)
         try:
@@ -153,20 +165,35 @@ def _evaluate(args: argparse.Namespace) -> int:
             algo.stop()
         print(f"{algo.config.env}: {json.dumps({k: v for k, v in out.items() if not isinstance(v, list)})}")
         return 0
-    config, policy, params, normalizer = load_policy(args.checkpoint, args.member)
+    config, policy, params, normalizer = load_policy(ckpt, args.member, plan)
+    progress = EvaluationProgress(args.episodes)  # a line every few seconds in a long evaluation
     if args.video:  # the videos go to a new folder, moved into place complete with their videos.json
         from jaxflow.api.outputs import VIDEOS, write_videos_description, written
 
         with written(args.video, VIDEOS, args.overwrite) as folder:
-            out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer, folder)
-            write_videos_description(folder, out, config.env, args.checkpoint)
+            out = evaluate_policy(
+                config, policy, params, args.episodes, args.seed, normalizer, folder, progress=progress
+            )
+            write_videos_description(folder, out, config.env, ckpt)
     else:
-        out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer)
+        out = evaluate_policy(config, policy, params, args.episodes, args.seed, normalizer, progress=progress)
     print(
-        f"{config.env}{_member_played(args.checkpoint, args.member)}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
+        f"{config.env}{_member_played(ckpt, args.member)}: greedy return over {out['episodes']} episodes: mean {out['return_mean']:.2f}, std {out['return_std']:.2f}"
         + (f"; videos in {args.video}" if args.video else "")
     )
     return 0
+
+
+def _evaluated(path: str) -> Any:
+    """The restore plan of the checkpoint ``evaluate`` plays, found once: ``path``, or the newest
+    under it that verifies and fits its config; one line for each newer one skipped, one naming it."""
+    from jaxflow.api.restore import plan_restore
+
+    plan = plan_restore(path, warn=False)
+    for _, why in plan.skipped:
+        print(f"jaxflow: skipped {why}", flush=True)
+    print(f"jaxflow: evaluating {plan.path}", flush=True)
+    return plan
 
 
 def _own_member(ckpt: str, member: int | str | None) -> int:
@@ -208,15 +235,25 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     from jaxflow.api.listing import KINDS, print_listing
+    from jaxflow.api.registry import get_algorithm
 
+    if args.algo is not None:  # an unknown name would list no environment, as if none fitted it
+        get_algorithm(args.algo)
     print_listing(tuple(args.kind) if args.kind else KINDS, args.algo, args.all)
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``jaxflow`` command line (``argv``: the words after ``jaxflow``); returns its exit status."""
+    return interruptible(_command, sys.argv[1:] if argv is None else argv)  # Ctrl-C, SIGTERM: one line
+
+
+def _command(argv: Sequence[str]) -> int:
+    """Runs the command ``argv`` names: its exit status; bad input and a run a divergence guard
+    stopped end in one line (status 2 and 1), other errors of jaxflow's own keep their traceback."""
     args = None
     try:
-        args = parse(sys.argv[1:] if argv is None else argv)
+        args = parse(argv)
         import_modules(getattr(args, "imports", []))  # the user's envs and models, before anything is built
         if args.command == "train":
             check_train(args)
@@ -242,7 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0
     except Exception as e:  # not SystemExit (--help), which must not import what user_errors() names
-        if not isinstance(e, user_errors()) or (args is not None and args.debug):  # --debug: the traceback
+        if args is not None and args.debug:  # --debug: the traceback
+            raise
+        from jaxflow.api.failures import RUN_FAILURE_STATUS, RunFailure
+
+        if isinstance(e, RunFailure):  # a divergence guard stopped the run: its traceback is in error.log
+            print(f"jaxflow: error: {e}", file=sys.stderr)
+            return RUN_FAILURE_STATUS
+        if not isinstance(e, user_errors()):
             raise
         print(f"jaxflow: error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ from jaxflow.api.outputs import PLOT_FORMATS
 from jaxflow.api.plot import X_KEYS
 from jaxflow.api.run_file import run_file_arguments
 from jaxflow.api.user_errors import Parser, int_at_least, member_choice
+from jaxflow.config.constants import MAX_EVALUATION_EPISODES, MAX_SEED
 from jaxflow.config.fields import ConfigError
 
 DISTRIBUTION = "jaxflow-rl"
@@ -40,6 +41,17 @@ IMPORT_FLAG = {
 }
 """``--import``, which train, evaluate and export take."""
 
+FIELD_FLAGS = {
+    "env": "env",
+    "num_workers": "num_workers",
+    "seed": "seed",
+    "mode": "mode",
+    "num_seeds": "num_seeds",
+    "pbt": "pbt",
+    "sweep": "sweep",
+}
+"""``train``'s and ``tune``'s flags that set a config field: the flag's name -> the field's flat name."""
+
 OVERWRITE_HELP = (
     "replace {what} if jaxflow wrote it earlier; any other existing path is refused, with or without this flag"
 )
@@ -61,8 +73,17 @@ def parser() -> argparse.ArgumentParser:
     tune_arguments(tu)
     e = sub.add_parser("evaluate", help="run a checkpoint's greedy policy")
     e.add_argument("--checkpoint", required=True, help="a checkpoint, or a logdir (its latest checkpoint)")
-    e.add_argument("--episodes", type=int_at_least(1), default=10)
-    e.add_argument("--seed", type=int_at_least(0))
+    e.add_argument(
+        "--episodes",
+        type=int_at_least(1, MAX_EVALUATION_EPISODES, "MAX_EVALUATION_EPISODES"),
+        default=10,
+        help=f"episodes to play, at most {MAX_EVALUATION_EPISODES:,} (a line every few seconds says how many are done)",
+    )
+    e.add_argument(
+        "--seed",
+        type=int_at_least(0, MAX_SEED, "MAX_SEED"),
+        help=f"seeds episode k with SEED + k (0 to {MAX_SEED:,}; default: one apart from training's)",
+    )
     e.add_argument(
         "--video",
         metavar="DIR",
@@ -96,23 +117,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def overrides(args: argparse.Namespace) -> dict[str, str]:
-    """The config fields ``train``'s flags set: ``--set`` items, then the flags that name a field."""
+    """The config fields ``train``'s flags set: ``--set`` items, then the flags that name a field.
+    A field set twice to different values (``--num-workers 0 --set num_workers=-2``, or two
+    ``--set`` items) is refused: whichever won, the other value would be ignored unchecked."""
     out: dict[str, str] = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set takes FIELD=VALUE, got {item!r}.")
+        _refuse_twice(out, f"--set {item.strip()}", key.strip(), value.strip())
         out[key.strip()] = value.strip()
-    for flag, field in (
-        ("env", "env"),
-        ("num_workers", "num_workers"),
-        ("seed", "seed"),
-        ("mode", "mode"),
-        ("num_seeds", "num_seeds"),
-        ("pbt", "pbt"),
-    ):
-        if getattr(args, flag, None) is not None:
-            out[field] = str(getattr(args, flag))
+    for flag, field in FIELD_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is None or flag == "sweep":
+            continue
+        _refuse_twice(out, f"--{flag.replace('_', '-')} {value}", field, str(value))
+        out[field] = str(value)
     if getattr(args, "sweep", None):
         field, sep, values = args.sweep.partition("=")
         try:
@@ -121,8 +141,31 @@ def overrides(args: argparse.Namespace) -> dict[str, str]:
             numbers = []
         if not sep or not numbers:
             raise ConfigError(f"--sweep takes FIELD=V1,V2,... with numbers, got {args.sweep!r}.")
+        _refuse_twice(out, f"--sweep {args.sweep}", "sweep", json.dumps({field.strip(): numbers}))
         out["sweep"] = json.dumps({field.strip(): numbers})
     return out
+
+
+def _refuse_twice(given: dict[str, str], what: str, field: str, value: str) -> None:
+    """Raises :class:`ConfigError` where ``given`` sets ``field`` (by its flat or dotted name)
+    to a value other than ``value`` (numbers compared as numbers: ``2`` and ``2.0`` agree)."""
+    for key, text in given.items():
+        if _leaf(key) == _leaf(field) and text != value and _number(text) != _number(value):
+            earlier = f"--set {key}={text}"
+            raise ConfigError(f"{earlier} and {what} set {_leaf(field)} to different values; give it once.")
+
+
+def _leaf(name: str) -> str:
+    """A field's flat name: ``num_workers`` of ``rollout.num_workers``."""
+    return name.rpartition(".")[2]
+
+
+def _number(text: str) -> float | str:
+    """``text`` as a number where it is one (``nan`` never equals itself, so it never agrees), else itself."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def new_run(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -174,15 +217,33 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = parser().parse_args(argv)
     if args.command != "train" or not args.config:
         return args
-    given = {item.partition("=")[0].strip() for item in args.stop}  # stop keys the command line sets itself
+    stops, fields = _given(args)
     from_file = [
         a
         for flag in run_file_arguments(args.config, train_parser())
-        if not (flag[0] == "--stop" and flag[1].partition("=")[0] in given)
+        if not _replaced(flag, stops, fields)
         for a in flag
     ]
     at = argv.index("train") + 1
     return parser().parse_args([*argv[:at], *from_file, *argv[at:]])
+
+
+def _given(args: argparse.Namespace) -> tuple[set[str], set[str]]:
+    """The stop keys and the config fields (flat names) the command line sets itself."""
+    stops = {item.partition("=")[0].strip() for item in args.stop}
+    fields = {_leaf(item.partition("=")[0].strip()) for item in args.set}
+    return stops, fields | {field for flag, field in FIELD_FLAGS.items() if getattr(args, flag, None) is not None}
+
+
+def _replaced(flag: tuple[str, ...], stops: set[str], fields: set[str]) -> bool:
+    """Whether a run file's ``flag`` (with its value) sets what the command line sets too: the
+    command line's replaces it (a ``--set num_workers=0`` the file's ``num_workers``, and so on)."""
+    name, value = flag[0].lstrip("-").replace("-", "_"), flag[1] if len(flag) > 1 else ""
+    if name == "stop":
+        return value.partition("=")[0].strip() in stops
+    if name == "set":
+        return _leaf(value.partition("=")[0].strip()) in fields
+    return FIELD_FLAGS.get(name) in fields
 
 
 def _version() -> str:

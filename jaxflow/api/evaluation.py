@@ -1,12 +1,15 @@
 """Evaluation during training: every ``evaluation_interval`` iterations the greedy policy
 plays ``evaluation_episodes`` episodes, and the next results carry what it scored under
-``evaluation`` (``evaluation/episode_return_mean`` in TensorBoard, ``--stop`` and plots)."""
+``evaluation`` (``evaluation/episode_return_mean`` in TensorBoard, ``--stop`` and plots);
+and the progress line of a long ``jaxflow evaluate``."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from typing import Any
 
+from jaxflow.config.constants import EVALUATION_PROGRESS_S
 from jaxflow.rollout.evaluation import evaluation_seed
 
 
@@ -61,3 +64,29 @@ class PeriodicEvaluation:
         done: concurrent.futures.Future = concurrent.futures.Future()
         done.set_result(self.program.evaluate(self.episodes, seed, 0))
         self._pending = (done, when)
+
+
+class EvaluationProgress:
+    """``jaxflow evaluate``'s progress, given to ``evaluate_policy`` as ``progress``: once the
+    evaluation has played for :data:`~jaxflow.config.constants.EVALUATION_PROGRESS_S`, a line
+    every as long saying how many of its ``episodes`` are done (a short evaluation says nothing).
+
+    Example:
+        >>> progress = EvaluationProgress(1000, every_s=0.0)
+        >>> progress(16)  # doctest: +ELLIPSIS
+        jaxflow: evaluating: 16 of 1,000 episodes played, ...s
+    """
+
+    def __init__(self, episodes: int, every_s: float = EVALUATION_PROGRESS_S):
+        self.episodes, self.every_s = episodes, every_s
+        self.started = self.said = time.monotonic()
+
+    def __call__(self, played: int) -> None:
+        now = time.monotonic()
+        if now - self.said < self.every_s or played >= self.episodes:  # the result line says the last
+            return
+        self.said = now
+        print(
+            f"jaxflow: evaluating: {played:,} of {self.episodes:,} episodes played, {now - self.started:.0f}s",
+            flush=True,
+        )

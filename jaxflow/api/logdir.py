@@ -23,10 +23,13 @@ PROGRESS = "progress.jsonl"
 CONFIG = "config.json"
 CHECKPOINT_META = "meta.json"
 """A checkpoint's description (:mod:`jaxflow.api.checkpoint`), which names its algorithm."""
+ERROR_LOG = "error.log"
+"""The tracebacks of a run's failures, appended one after another (:mod:`jaxflow.api.failures`)."""
 
 _RUN_FILE = re.compile(
     r"^(progress\.jsonl(\.tmp)?"  # progress.jsonl and a rewrite's leftover
     r"|config\.json"
+    r"|error\.log"  # the tracebacks of the run's failures (api/failures.py)
     r"|\.?best_checkpoint\.json(\.tmp)?"  # which checkpoint scored best (api/retention.py)
     r"|events\.out\.tfevents\..*"  # TensorBoard
     r"|wandb|mlruns"  # the trackers' local files (W&B offline runs, MLflow's file store)

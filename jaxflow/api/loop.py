@@ -1,74 +1,28 @@
-"""The training loop shared by the CLI and notebooks: stop conditions, writers, checkpoints."""
+"""The training loop shared by the CLI and notebooks: writers, checkpoints (stop conditions: :mod:`jaxflow.api.stops`)."""
 
 from __future__ import annotations
 
 import json
-import math
 import os
+import signal
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jaxflow.api import checkpoint, interrupts
 from jaxflow.api.algorithm import Algorithm
+from jaxflow.api.failures import record_failure
 from jaxflow.api.logdir import CONFIG, claim_logdir, truncate_progress
 from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
 from jaxflow.api.retention import DEFAULT_KEEP, prune_checkpoints
+from jaxflow.api.stops import STOP_KEYS, check_stop, parse_stop, should_stop
 from jaxflow.api.storage import Storage
+from jaxflow.api.user_errors import one_line
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter, tensorboard_step
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
 
-STOP_KEYS = (
-    "training_iteration",
-    "env_steps_sampled",
-    "episode_return_mean",
-    "time_s",
-    "evaluation/episode_return_mean",
-)
-"""What a run can stop on; ``evaluation/...`` (with ``evaluation_interval`` set) once an evaluation reports it."""
-COUNTER_KEYS = ("training_iteration", "env_steps_sampled", "time_s")
-"""Stop keys that only grow from 0: a bound at or below 0 would stop after the first iteration."""
-
-
-def parse_stop(items: Sequence[str]) -> dict[str, float]:
-    """``["episode_return_mean=450", ...]`` -> ``{"episode_return_mean": 450.0, ...}``, checked by :func:`check_stop`."""
-    stop: dict[str, float] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        key = key.strip()
-        if not sep or key not in STOP_KEYS:
-            raise ConfigError(f"--stop takes KEY=NUMBER with KEY one of {list(STOP_KEYS)}, got {item!r}.")
-        if key in stop:
-            raise ConfigError(f"--stop {key} is given twice ({stop[key]:g} and {value.strip()}); give it once.")
-        try:
-            stop[key] = float(value)
-        except ValueError:
-            raise ConfigError(f"--stop {key} needs a number, got {value!r}.") from None
-    check_stop(stop)
-    return stop
-
-
-def check_stop(stop: Mapping[str, float]) -> None:
-    """Raises :class:`ConfigError` for an unknown key, a value that is no finite number, or a
-    counter's bound at or below 0."""
-    for key, value in stop.items():
-        if key not in STOP_KEYS:
-            raise ConfigError(f"stop condition {key!r} is not one of {list(STOP_KEYS)}.")
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-            raise ConfigError(f"--stop {key} needs a finite number, got {value!r}.")
-        if key in COUNTER_KEYS and value <= 0:
-            raise ConfigError(f"--stop {key} must be above 0 (it counts up from 0), got {value:g}.")
-
-
-def should_stop(result: Mapping[str, Any], stop: Mapping[str, float]) -> bool:
-    """True once any stop condition is met (``result[key] >= value``; a nested key such as
-    ``evaluation/episode_return_mean`` where that result has it)."""
-    for key, bound in stop.items():
-        value: Any = result
-        for part in key.split("/"):
-            value = value.get(part) if isinstance(value, Mapping) else None
-        if value is not None and not math.isnan(float(value)) and float(value) >= bound:
-            return True
-    return False
+__all__ = ["STOP_KEYS", "parse_stop", "should_stop", "train"]  # the stop conditions' names, as they were here
 
 
 def train(
@@ -95,6 +49,11 @@ def train(
     see :mod:`~jaxflow.api.retention`). ``storage`` (a URI or a :class:`~jaxflow.api.storage.Storage`)
     receives a copy of ``logdir``'s run after every checkpoint and at the end; a new run
     refuses a storage that holds one unless ``overwrite``.
+
+    Called in the main thread, a SIGINT (Ctrl-C) or SIGTERM lets the iteration in flight finish,
+    saves it, closes the writers and raises :class:`~jaxflow.api.interrupts.TrainingInterrupted`
+    (a ``KeyboardInterrupt``) naming the checkpoint; a second signal stops at once, unsaved
+    (:mod:`~jaxflow.api.interrupts`). A failure's traceback is appended to ``logdir``'s ``error.log``.
     """
     loggers = _checked_arguments(stop, loggers, checkpoint_every, keep_checkpoints, storage, logdir)
     store = Storage(storage) if isinstance(storage, str) else storage
@@ -103,30 +62,106 @@ def train(
     writers: list[Any] = _log_writers(algo, logdir, overwrite, loggers) if logdir else []
     if verbose:
         writers.append(ConsoleProgress(stop))
-    result: dict[str, Any] = {}
-    last_saved = algo.iteration
-    try:
-        while True:
-            result = algo.train()
-            for w in writers:
+    run = _Run(algo, logdir, writers, keep_checkpoints, store)
+    with interrupts.deferred(run.announce) as caught:
+        try:
+            result = run.until(stop, checkpoint_every, caught)
+        except KeyboardInterrupt:  # a second signal: the iteration in flight is not saved
+            if caught.again is None:
+                raise  # not one of the deferred handler's (raised by the user's own code)
+            run.push = False  # at once: no upload either
+            name = interrupts.signal_name(caught.again)
+            raise run.interrupted(caught.again, f"stopped at once by a second {name}") from None
+        except Exception as e:
+            if logdir:
+                record_failure(logdir, e, algo.iteration)
+            if caught.signum is None:
+                raise
+            raise run.interrupted(caught.signum, f"the iteration in flight failed ({one_line(e)})") from e
+        finally:
+            run.close()
+    if caught.signum is not None and not run.finished:
+        raise run.interrupted(caught.signum)
+    return result
+
+
+class _Run:
+    """One :func:`train` call's loop: its writers, its saves and what it says when a signal stops it."""
+
+    def __init__(
+        self, algo: Algorithm, logdir: str | None, writers: list[Any], keep: int, store: Storage | None
+    ) -> None:
+        self.algo, self.logdir, self.writers, self.keep, self.store = algo, logdir, writers, keep, store
+        self.saved_at = algo.iteration  # a resumed run's checkpoint is at its iteration
+        self.saved: str | None = None  # the checkpoint this call wrote last
+        self.finished, self.push, self.in_flight = False, True, False
+
+    def until(self, stop: Mapping[str, float], every: int, caught: interrupts.Caught) -> dict[str, Any]:
+        """Trains until ``stop`` holds or a signal is ``caught``, saving every ``every``
+        iterations, then saves the last iteration (unless just saved, or nothing was trained)."""
+        result: dict[str, Any] = {}
+        while caught.signum is None:
+            self.in_flight = True
+            result = self.algo.train()
+            self.in_flight = False
+            for w in self.writers:
                 w.write(result)
             if should_stop(result, stop):
+                self.finished = True
                 break
-            if (
-                logdir
-                and checkpoint_every
-                and result["training_iteration"] // checkpoint_every > last_saved // checkpoint_every
-            ):
-                _save(algo, logdir, writers, keep_checkpoints, store)
-                last_saved = result["training_iteration"]
-        if logdir:
-            _save(algo, logdir, writers, keep_checkpoints)
-    finally:
-        for w in writers:
+            due = every and result["training_iteration"] // every > self.saved_at // every
+            if self.logdir and due and caught.signum is None:  # once caught, the save after the loop
+                self.save()
+        if self.logdir and self.algo.iteration not in (0, self.saved_at):
+            self.save()
+        return result
+
+    def save(self) -> None:
+        assert self.logdir is not None
+        self.saved = _save(self.algo, self.logdir, self.writers, self.keep, self.store)
+        self.saved_at = self.algo.iteration
+
+    def close(self) -> None:
+        """Closes the writers, and copies the run to its storage: the final checkpoint, and the
+        logs of a run that failed too."""
+        for w in self.writers:
             w.close()
-        if store is not None and logdir:
-            store.push(logdir)  # the final checkpoint, and the logs of a run that failed, too
-    return result
+        if self.store is not None and self.logdir and self.push:
+            self.store.push(self.logdir)
+
+    def announce(self, signum: int) -> str:
+        """What the first signal's handler says, at once: what happens next."""
+        if self.in_flight:
+            then = "finishing the iteration in flight, then " + ("saving it" if self.logdir else "stopping")
+        else:
+            then = f"saving iteration {self.algo.iteration}" if self.logdir else "stopping"
+        then += "" if self.logdir else " (no logdir: nothing is saved)"
+        again = "Ctrl-C" if signum == signal.SIGINT else interrupts.signal_name(signum)
+        return f"jaxflow: {interrupts.signal_name(signum)}: {then}; {again} again stops at once"
+
+    def interrupted(self, signum: int, why: str = "") -> interrupts.TrainingInterrupted:
+        """The :class:`~jaxflow.api.interrupts.TrainingInterrupted` that ends this run: one line
+        naming the newest checkpoint and how to continue from it."""
+        name, at = interrupts.signal_name(signum), self.algo.iteration
+        saved = self.saved is not None and self.saved_at == at
+        newest = self.saved if saved else _newest_checkpoint(self.logdir)
+        if saved:
+            told = f"interrupted by {name}: checkpoint {newest} written at iteration {at}"
+        else:
+            told = f"interrupted by {name} at iteration {at}" + (f", {why}" if why else "")
+            if not self.logdir:
+                told += "; no logdir, so no checkpoint"
+            else:
+                told += f"; the newest checkpoint is {newest}" if newest else "; no checkpoint was written"
+        if newest and self.logdir:
+            told += f"; continue with --resume {self.logdir} (Algorithm.restore)"
+        return interrupts.TrainingInterrupted(signum, told, at, newest, saved)
+
+
+def _newest_checkpoint(logdir: str | None) -> str | None:
+    """The newest checkpoint folder in ``logdir`` (unverified: said, not loaded), or None."""
+    found = checkpoint.candidates(logdir) if logdir else []
+    return found[0] if found else None
 
 
 def _checked_arguments(
@@ -152,7 +187,8 @@ def _checked_arguments(
     return parsed
 
 
-def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int, store: Storage | None = None) -> None:
+def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int, store: Storage | None = None) -> str:
+    """Saves a checkpoint (returned), hands it to the trackers, prunes the old ones, uploads the run."""
     path = algo.save(logdir)
     for w in writers:
         if hasattr(w, "checkpoint"):  # trackers keep checkpoints as artifacts
@@ -160,6 +196,7 @@ def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int, store
     prune_checkpoints(logdir, keep)
     if store is not None:
         store.push(logdir)
+    return path
 
 
 def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequence[str]) -> list[Any]:
@@ -178,6 +215,12 @@ def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequenc
         truncate_progress(logdir, algo.iteration)
         # The restored step was written before the checkpoint; the next result's is later.
         purge_step = tensorboard_step(algo.context.counters) + 1
+    removed = checkpoint.remove_unfinished(logdir)  # no save of this logdir is under way before its run starts
+    if removed:
+        print(
+            f"jaxflow: removed {len(removed)} unfinished checkpoint save(s) in {logdir}: {', '.join(removed)}",
+            file=sys.stderr,
+        )
     saved = {"algorithm": algo.spec.name, "config": to_json_dict(algo.config)}
     with open(os.path.join(logdir, CONFIG), "w", encoding="utf-8") as f:
         json.dump(saved, f, indent=1)

@@ -32,7 +32,7 @@ from jaxflow.rollout.evaluation import Evaluator, evaluate_policy
 from jaxflow.rollout.normalize import Normalizer, normalizer_init
 from jaxflow.rollout.postprocess import example_train_batch
 from jaxflow.rollout.worker import WorkerSpec
-from jaxflow.rollout.worker_set import WorkerSet
+from jaxflow.rollout.worker_set import WorkerSet, check_worker_room
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,12 @@ class RayProgram:
             spec.workers.encode,
             spec.workers.explore,
         )
-        warm_up = self._start_warm_up(worker_spec)
         if needs_ray(config, spec):
             init_ray()
+            # Before the warm-up: a run the cluster has no room for is refused at once, not once
+            # the warm-up thread (which exit waits for) has run an update on the whole batch.
+            check_worker_room(config.rollout)
+        warm_up = self._start_warm_up(worker_spec)
         # Replay shards first: their processes start up while the workers' do, which the
         # WorkerSet waits for (on a restore, each side's new processes import JAX and compile).
         self.replay = spec.run.replay(config) if spec.run.replay else None

@@ -62,12 +62,15 @@ class RestorePlan(NamedTuple):
     skipped: list[tuple[str, str]]
 
 
-def plan_restore(path: str, overrides: Mapping[str, Any] | None = None, from_strings: bool = False) -> RestorePlan:
+def plan_restore(
+    path: str, overrides: Mapping[str, Any] | None = None, from_strings: bool = False, warn: bool = True
+) -> RestorePlan:
     """The newest checkpoint at or under ``path`` that verifies and whose state fits its
     config, with ``overrides`` (flat or dotted names; strings parsed per field where
     ``from_strings``) applied. Raises :class:`~jaxflow.api.checkpoint.CheckpointError` (one
     line) when none fits, or when the overrides would change the state's shapes. A storage
-    URI's run (or checkpoint) is first pulled into a local cache (:func:`~jaxflow.api.storage.local_copy`)."""
+    URI's run (or checkpoint) is first pulled into a local cache (:func:`~jaxflow.api.storage.local_copy`).
+    Newer checkpoints it skips are logged as warnings unless not ``warn`` (the plan's ``skipped`` lists them)."""
     path = local_copy(path)
     templates: dict[str, Template | None] = {}
 
@@ -83,7 +86,7 @@ def plan_restore(path: str, overrides: Mapping[str, Any] | None = None, from_str
             checkpoint_state.check_shapes(ckpt, template.state)
         templates[ckpt] = template
 
-    found = checkpoint.search(path, fits)
+    found = checkpoint.search(path, fits, warn)
     spec = get_algorithm(found.meta["algorithm"])
     config = from_json_dict(spec.config_cls, found.meta["config"])
     template = templates[found.path]

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jaxflow.api.plot import PROGRESS_FILE
+from jaxflow.config.fields import ConfigError
 
 BEST_FILE = "best_checkpoint.json"
 DEFAULT_KEEP = 3
@@ -73,6 +74,35 @@ def prune_checkpoints(logdir: str, keep: int = DEFAULT_KEEP) -> list[str]:
     for path in deleted:
         shutil.rmtree(path, ignore_errors=True)
     return deleted
+
+
+def named_best(path: str) -> str | None:
+    """The checkpoint ``path`` names through a :data:`BEST_FILE`: ``path`` is that file, or a
+    folder holding one and no ``checkpoint_<N>`` of its own (a Tune experiment's, whose trials
+    hold the checkpoints); None for any other path. The file's ``checkpoint`` is read from its
+    folder (a run's names a checkpoint beside it, Tune's a full path). Raises
+    :class:`ConfigError` (one line) for a file jaxflow did not write.
+
+    Example:
+        >>> named_best("runs/tune-ppo")  # doctest: +SKIP
+        '/home/me/runs/tune-ppo/PPO_f745c_00000_.../checkpoint_000001/checkpoint_000008'
+    """
+    if os.path.isfile(path) and os.path.basename(path) == BEST_FILE:
+        best_file = path
+    elif os.path.isdir(path) and os.path.isfile(os.path.join(path, BEST_FILE)):
+        if any(_NAME.match(name) for name in os.listdir(path)):
+            return None  # a run's folder: its own newest checkpoint, as before
+        best_file = os.path.join(path, BEST_FILE)
+    else:
+        return None
+    try:
+        with open(best_file, encoding="utf-8") as f:
+            named = json.load(f)["checkpoint"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"{best_file}: not a {BEST_FILE} that jaxflow wrote ({type(e).__name__}: {e}).") from None
+    if not isinstance(named, str) or not named:
+        raise ConfigError(f"{best_file}: its 'checkpoint' must name a checkpoint, got {named!r}.")
+    return os.path.join(os.path.dirname(os.path.abspath(best_file)), named)
 
 
 def _write_best(logdir: str, name: str, value: float) -> None:

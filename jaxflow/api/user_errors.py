@@ -31,16 +31,24 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`).")
 
 
-def int_at_least(low: int) -> Any:
-    """An argparse ``type``: an int ``>= low``."""
+def int_at_least(low: int, high: int | None = None, high_name: str = "") -> Any:
+    """An argparse ``type``: an int ``>= low``, and ``<= high`` where given (``high_name``: the
+    named constant it is, which the refusal names).
+
+    >>> int_at_least(1, 9, "MAX")("10")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be an integer from 1 to 9 (MAX), got '10'
+    """
+    allowed = f">= {low}" if high is None else f"from {low} to {high}" + (f" ({high_name})" if high_name else "")
 
     def parse(text: str) -> int:
         try:
             value: int | None = int(text)
         except ValueError:
             value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be an integer {allowed}, got {text!r}")
         return value
 
     return parse

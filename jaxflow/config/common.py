@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, _type_ok, param, require, validate
+from jaxflow.config.constants import MAX_EVALUATION_EPISODES, MAX_SEED
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, POSITIVE, SIZE, UNIT, Check, _type_ok, param, require, validate
 from jaxflow.config.groups import DeviceConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.names import StrictKeywords, field_type, flat_names, is_field, replace_config, resolve
 from jaxflow.config.schedules import float_fields, perturbable, validate_schedules
@@ -15,6 +16,12 @@ RECURRENT_SUPPORT = "PPO (device and Ray mode), A2C, IMPALA and APPO (Ray mode),
 
 DEFAULT_LSTM_SIZE = 64
 """Units of jaxflow's LSTM where ``lstm_size`` is left unset."""
+
+MAX_LAYER_WIDTH = 2**15
+"""The widest layer ``hidden_sizes`` and ``lstm_size`` may ask for (32,768 units): a square
+layer of it holds 2**30 float32 weights (4 GiB, three times that with Adam's moments). Far
+wider than any published RL network; a typo (``hidden_sizes=64000000``) fails here, not as
+an out-of-memory error once the run has started."""
 
 LEARNER_GROUP_SUPPORT = "PPO, A2C, IMPALA, APPO, DQN, Ape-X and Rainbow"
 """Where ``num_learners > 1`` trains, as a refusal names it (each config's ``learner_group``)."""
@@ -44,8 +51,8 @@ class CommonConfig(StrictKeywords):
     """Environment id, see `jaxflow list`."""
     env_config: dict = param(None, factory=dict)
     """Keyword arguments for the environment's constructor."""
-    seed: int = param(0, NON_NEGATIVE)
-    """Seeds parameters, learner RNG, and every environment copy."""
+    seed: int = param(0, Check(low=0, high=MAX_SEED, high_name="MAX_SEED"))
+    """Seeds parameters, learner RNG, and every environment copy; 0 to ``MAX_SEED`` (2**30 - 1)."""
     gamma: float = param(0.99, UNIT)
     """Discount factor."""
     hidden_sizes: tuple[int, ...] = (64, 64)
@@ -61,20 +68,24 @@ class CommonConfig(StrictKeywords):
     """A recurrent policy: an LSTM of ``lstm_size`` units after the MLP torso, its state
     carried across steps and reset where an episode starts (see :mod:`jaxflow.networks.recurrent`);
     with ``model``, that model is the recurrent network (see :mod:`jaxflow.networks.models`)."""
-    lstm_size: int | None = param(None, POSITIVE)
+    lstm_size: int | None = param(
+        None, Check(low=0, high=MAX_LAYER_WIDTH, low_inclusive=False, high_name="MAX_LAYER_WIDTH")
+    )
     """Units of jaxflow's LSTM (``use_lstm`` without ``model``); unset: ``DEFAULT_LSTM_SIZE``.
     Refused with ``model``, whose module decides its own core (sizes through ``model_config``)."""
     state_dependent_std: bool = False
     """Box actions: the Gaussian's log-std is an output of the network (else one learned parameter per action dimension)."""
-    metrics_num_episodes: int = param(100, POSITIVE)
+    metrics_num_episodes: int = param(100, SIZE)
     """episode_return_mean averages this many most recent episodes."""
-    min_env_steps_per_iteration: int = param(0, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(0, COUNT)
     """A training iteration lasts at least this many sampled env steps."""
-    evaluation_interval: int = param(0, NON_NEGATIVE)
+    evaluation_interval: int = param(0, COUNT)
     """Every this many training iterations the greedy policy plays ``evaluation_episodes``
     episodes on environments of its own, apart from training's counters (0: never); results
     under ``evaluation``. In Ray mode it runs in its own actor while training goes on."""
-    evaluation_episodes: int = param(10, POSITIVE)
+    evaluation_episodes: int = param(
+        10, Check(low=1, high=MAX_EVALUATION_EPISODES, high_name="MAX_EVALUATION_EPISODES")
+    )
     """Episodes per evaluation."""
     mode: Literal["auto", "ray", "device"] = "auto"
     """Ray rollout workers, or rollout and update compiled together on the device (gymnax and
@@ -102,7 +113,11 @@ class CommonConfig(StrictKeywords):
         self._validate_pbt()
         validate_schedules(self)
         self._validate_recurrent()
-        require(all(h > 0 for h in self.hidden_sizes), f"hidden_sizes must be positive, got {self.hidden_sizes}.")
+        require(
+            all(0 < h <= MAX_LAYER_WIDTH for h in self.hidden_sizes),
+            f"{type(self).__name__}.hidden_sizes must be layer widths from 1 to {MAX_LAYER_WIDTH} (MAX_LAYER_WIDTH), "
+            f"got {self.hidden_sizes}.",
+        )
         require(
             self.rollout.vector_env != "ale" or self.env.startswith("ALE/"),
             f"vector_env='ale' runs ALE/<Game>-v5 environments only, not {self.env!r}; use vector_env='python'.",

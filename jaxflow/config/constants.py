@@ -1,4 +1,4 @@
-"""Seed offsets and timeouts, named in one place.
+"""Seed offsets, the largest seed, timeouts and evaluation's bounds, named in one place.
 
 Seeds: every random stream of a run derives from ``config.seed`` by these offsets, so runs
 are reproducible and no two streams coincide. Timeouts: how long the engine waits for
@@ -6,6 +6,13 @@ actors and threads before it reports them as failed or moves on.
 """
 
 from __future__ import annotations
+
+MAX_SEED = 2**30 - 1
+"""The largest seed a run or an evaluation takes (1,073,741,823; seeds are 0 or more). The
+seeds derived from it (each worker's, each restart's, evaluation's and PBT's offsets below, a
+device run's seed + member) must stay below 2**31, the int32 seeds ALE's and envpool's C++
+vector envs take, and JAX keeps only a seed's low 32 bits: half of int32's range is left to
+the offsets (about a thousand restarts of a worker, or a hundred thousand workers)."""
 
 WORKER_SEED_STRIDE = 10_000
 """Seed distance between rollout workers: env ``j`` of worker ``i`` is seeded
@@ -30,6 +37,14 @@ ACTOR_STOP_TIMEOUT_S = 30.0
 
 THREAD_JOIN_TIMEOUT_S = 30.0
 """How long stopping waits for a plan's background threads."""
+
+MAX_EVALUATION_EPISODES = 100_000
+"""The most episodes one evaluation plays (``jaxflow evaluate --episodes``, ``evaluation_episodes``):
+each is played to its end and its return kept, and beyond this a typo (``--episodes 10**12``)
+would play for years rather than fail."""
+
+EVALUATION_PROGRESS_S = 10.0
+"""How often ``jaxflow evaluate`` says how many episodes it has played, once it has played for this long."""
 
 POLL_S = 0.5
 """How often a blocking wait on a queue re-checks whether it should give up."""

@@ -29,6 +29,8 @@ class Check:
     high: float | None = None
     low_inclusive: bool = True
     high_inclusive: bool = True
+    high_name: str = dataclasses.field(default="", compare=False)
+    """The named constant ``high`` is (``MAX_SIZE``), which the refusal names beside the number."""
 
     def __call__(self, x: float) -> bool:
         if x is None:  # an optional field left unset
@@ -62,6 +64,7 @@ class Check:
     def __str__(self) -> str:
         lo = "" if self.low is None else f"{self.low} {'<=' if self.low_inclusive else '<'} "
         hi = "" if self.high is None else f" {'<=' if self.high_inclusive else '<'} {self.high}"
+        hi += f" ({self.high_name})" if self.high_name and self.high is not None else ""
         return f"{lo}value{hi}"
 
 
@@ -72,6 +75,22 @@ NON_NEGATIVE = Check(low=0)
 
 
 UNIT = Check(low=0, high=1)
+
+
+MAX_SIZE = 2**31 - 1
+"""The largest value of an integer size or count field (a batch, buffer, fragment, number of
+environments, episodes, steps or iterations): the largest int32, the integer JAX computes
+with (64-bit types are off), so a size past it cannot index an array or count on a device.
+It is also what stops a typo (``train_batch_size=1000000000000``) before anything is
+allocated; what fits in memory is smaller, and is the machine's to say."""
+
+
+SIZE = Check(low=0, high=MAX_SIZE, low_inclusive=False, high_name="MAX_SIZE")
+"""An integer size or count above 0, at most :data:`MAX_SIZE`."""
+
+
+COUNT = Check(low=0, high=MAX_SIZE, high_name="MAX_SIZE")
+"""An integer size or count of 0 or more, at most :data:`MAX_SIZE`."""
 
 
 def param(default: Any, check: Check | None = None, *, factory: Callable[[], Any] | None = None) -> Any:

@@ -15,7 +15,18 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from jaxflow.config.constants import WORKER_SEED_STRIDE
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, Check, ConfigError, param, require, validate
+from jaxflow.config.fields import (
+    MAX_SIZE,
+    NON_NEGATIVE,
+    POSITIVE,
+    SIZE,
+    UNIT,
+    Check,
+    ConfigError,
+    param,
+    require,
+    validate,
+)
 from jaxflow.config.names import StrictKeywords
 
 PlacementStrategy = Literal["pack", "spread"]
@@ -52,7 +63,7 @@ class RolloutConfig(StrictKeywords):
     At most ``WORKER_SEED_STRIDE`` (10,000): worker ``i``'s envs are seeded from
     ``seed + i * WORKER_SEED_STRIDE``, so more would repeat the next worker's seeds (and a
     typo such as 1e9 fails here, before anything starts, not as an out-of-memory worker)."""
-    rollout_fragment_length: int = param(64, POSITIVE)
+    rollout_fragment_length: int = param(64, SIZE)
     """Time steps T per sampled fragment; each fragment is [T, num_envs_per_worker]."""
     vector_env: Literal["auto", "python", "ale", "envpool"] = "auto"
     """How a worker steps its environments: one after another in Python, (ALE/<Game>-v5 ids
@@ -60,7 +71,7 @@ class RolloutConfig(StrictKeywords):
     ALE/<Game>-v5 games; the ``envpool`` extra) in envpool's, each C++ one on
     ``num_cpus_per_worker`` threads; "auto" is ale-py's for the preprocessed ALE/<Game>-v5
     games it runs and Python for every other env (``rollout.vector_backend``)."""
-    num_env_groups: int = param(1, POSITIVE)
+    num_env_groups: int = param(1, SIZE)
     """vector_env='ale' or 'envpool': a worker's environments split into this many groups stepped in turn
     (2: double buffering), so one group's emulators run while the worker waits for the policy
     on another; must divide num_envs_per_worker. Each group has num_cpus_per_worker emulator
@@ -114,18 +125,24 @@ class RolloutConfig(StrictKeywords):
             self.num_envs_per_worker % self.num_env_groups == 0,
             f"num_env_groups={self.num_env_groups} must divide num_envs_per_worker={self.num_envs_per_worker}.",
         )
+        steps = self.rollout_fragment_length * self.num_envs_per_worker  # the rows of each fragment's arrays
+        require(
+            steps <= MAX_SIZE,
+            f"RolloutConfig.rollout_fragment_length={self.rollout_fragment_length} x num_envs_per_worker="
+            f"{self.num_envs_per_worker} is {steps:,} steps a fragment; at most MAX_SIZE ({MAX_SIZE:,}).",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceConfig(StrictKeywords):
     """Device mode: rollout and update compiled together, for one agent or many in one call."""
 
-    num_envs: int | None = param(None, POSITIVE)
+    num_envs: int | None = param(None, SIZE)
     """Environments stepped together (None: num_workers x num_envs_per_worker, the batch Ray
     mode samples per round); a training batch is num_envs x rollout_fragment_length."""
-    iterations_per_call: int = param(10, POSITIVE)
+    iterations_per_call: int = param(10, SIZE)
     """Training iterations (rollout + update) compiled into one call."""
-    num_seeds: int = param(1, POSITIVE)
+    num_seeds: int = param(1, SIZE)
     """Independent agents with seeds seed, seed + 1, ... trained in one compiled call."""
     sweep: dict = param(None, factory=dict)
     """One float field of the config and its values, {"lr": [1e-4, 3e-4]} (a flat or dotted
@@ -140,7 +157,7 @@ class DeviceConfig(StrictKeywords):
     perturbs, e.g. ("lr", "ent_coef"); empty: off. Every ``pbt_interval`` iterations the bottom
     ``pbt_quantile`` of the members by recent return copy a top member's parameters and optimizer
     state and perturb these fields. The holding config checks the names."""
-    pbt_interval: int = param(20, POSITIVE)
+    pbt_interval: int = param(20, SIZE)
     """Training iterations between PBT steps (taken at the end of the compiled call that reaches
     a multiple of it)."""
     pbt_quantile: float = param(0.25, Check(low=0, high=0.5, low_inclusive=False))
@@ -180,13 +197,13 @@ class DistributedReplayConfig(StrictKeywords):
     """Ape-X's shape (Horgan et al., 2018): actors sampling asynchronously, replayed batches
     read ahead from the shards, and a learner thread with queues on both sides."""
 
-    replay_batch_size: int = param(512, POSITIVE)
+    replay_batch_size: int = param(512, SIZE)
     """Transitions per replay request (the paper's 512), split into SGD steps of ``train_batch_size``."""
-    replay_num_async: int = param(2, POSITIVE)
+    replay_num_async: int = param(2, SIZE)
     """Sample requests in flight per shard."""
-    rollouts_num_async: int = param(2, POSITIVE)
+    rollouts_num_async: int = param(2, SIZE)
     """Sample requests in flight per actor."""
-    learner_queue_size: int = param(4, POSITIVE)
+    learner_queue_size: int = param(4, SIZE)
     """Replayed batches waiting for the learner thread (and results waiting for the plan)."""
 
     def __post_init__(self) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from jaxflow.config.common import CommonConfig
-from jaxflow.config.fields import NON_NEGATIVE, POSITIVE, UNIT, param, require
+from jaxflow.config.fields import COUNT, NON_NEGATIVE, POSITIVE, SIZE, UNIT, param, require
 from jaxflow.config.groups import check_resources
 
 
@@ -20,15 +20,15 @@ class OffPolicyConfig(CommonConfig):
     """Dotted fields, besides the shards and their capacity, that shape what a replay shard
     keeps (R2D2's sequence ring: its lanes and sequence lengths); a resume must keep them."""
 
-    train_batch_size: int = param(64, POSITIVE)
+    train_batch_size: int = param(64, SIZE)
     """Replayed transitions per SGD step."""
     samples_per_insert: float = param(8.0, POSITIVE)
     """Replay ratio: transitions replayed per transition sampled from the environments."""
-    buffer_size: int = param(50_000, POSITIVE)
+    buffer_size: int = param(50_000, SIZE)
     """Transitions kept over all replay shards (the oldest are overwritten)."""
-    learning_starts: int = param(1_000, NON_NEGATIVE)
+    learning_starts: int = param(1_000, COUNT)
     """Transitions per shard before replay starts."""
-    num_replay_shards: int = param(1, POSITIVE)
+    num_replay_shards: int = param(1, SIZE)
     """Replay shard actors the buffer is split over."""
     num_cpus_per_replay_shard: float = param(0.0, NON_NEGATIVE)
     """CPUs Ray reserves for each replay shard (0: shards never keep a rollout worker from
@@ -41,9 +41,9 @@ class OffPolicyConfig(CommonConfig):
     ``num_workers=0``, always): each stored fragment and replayed batch then skips a trip
     through a shard actor. The buffer takes the driver's memory and dies with it (its
     checkpoint still saves and restores it). Needs one shard asking Ray for no resources."""
-    n_step: int = param(3, POSITIVE)
+    n_step: int = param(3, SIZE)
     """Steps summed into each return before bootstrapping (1: one-step targets)."""
-    target_update_period: int = param(100, POSITIVE)
+    target_update_period: int = param(100, SIZE)
     """SGD steps between two updates of the target network."""
     tau: float = param(1.0, UNIT)
     """How far each target update moves the target toward the parameters, per SGD step
@@ -54,15 +54,15 @@ class OffPolicyConfig(CommonConfig):
     """Priority exponent alpha."""
     prioritized_replay_beta: float = param(0.4, UNIT)
     """Importance-sampling exponent at the start; annealed linearly to 1."""
-    beta_annealing_steps: int = param(20_000, POSITIVE)
+    beta_annealing_steps: int = param(20_000, SIZE)
     """SGD steps over which beta reaches 1."""
     prioritized_replay_eps: float = param(1e-6, POSITIVE)
     """Added to |TD error| so every transition stays reachable."""
-    frame_stack: int = param(1, POSITIVE)
+    frame_stack: int = param(1, SIZE)
     """Frames stacked along each observation's first axis (4 for Atari); replay stores single frames."""
-    max_weight_sync_delay: int = param(256, POSITIVE)
+    max_weight_sync_delay: int = param(256, SIZE)
     """Env steps a worker samples between two fetches of the learner's weights."""
-    min_env_steps_per_iteration: int = param(2_000, NON_NEGATIVE)
+    min_env_steps_per_iteration: int = param(2_000, COUNT)
     """Env steps sampled per reported training iteration."""
 
     @property

@@ -16,6 +16,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from jaxflow.dataflow import xla_cache
 from jaxflow.dataflow.context import FlowContext
+from jaxflow.dataflow.errors import carrying
 from jaxflow.dataflow.iterators import LocalIterator, _name, _Shared
 
 T = TypeVar("T")
@@ -50,7 +51,14 @@ class ActorSource(Protocol):
 
 
 class WorkerError(RuntimeError):
-    """An exception raised by code running inside an actor, with the actor named."""
+    """An exception raised by code running inside an actor, with the actor named; made by
+    :func:`worker_error`, it is an instance of that exception's type too (an env's
+    ``EnvValueError`` is caught as one), and the exception itself is its cause."""
+
+
+def worker_error(message: str, cause: BaseException) -> WorkerError:
+    """The :class:`WorkerError` for ``cause``, raised in an actor (raise it ``from cause``)."""
+    return carrying(WorkerError, message, cause)
 
 
 def first_line(error: BaseException) -> str:
@@ -107,7 +115,7 @@ class ParallelIterator(Generic[T]):
                     except (RayActorError, GetTimeoutError) as e:
                         self.source.on_failure(i, e)
                     except RayTaskError as e:
-                        raise WorkerError(f"{self.name}: actor {i} raised {e.cause!r}") from e.cause
+                        raise worker_error(f"{self.name}: actor {i} raised {e.cause!r}", e.cause) from e.cause
                 if items:
                     yield items
 
@@ -151,7 +159,7 @@ class ParallelIterator(Generic[T]):
                     self.source.on_failure(i, e)
                     continue
                 except RayTaskError as e:
-                    raise WorkerError(f"{self.name}: actor {i} raised {e.cause!r}") from e.cause
+                    raise worker_error(f"{self.name}: actor {i} raised {e.cause!r}", e.cause) from e.cause
                 self.context.current_actor = (i, h)
                 yield item
 

@@ -96,6 +96,9 @@ class Placement:
             )
         need = {name: amount * count for name, amount in self.request().items()}
         group = current_group()
+        cluster = ray.cluster_resources()
+        if group is None and any(amount > cluster.get(name, 0) for name, amount in need.items()):
+            patience_s = 0.0  # more than the whole cluster has: no actor's release would make room
         short = _short_of(need, group, patience_s)
         if short and group is not None:
             raise ConfigError(

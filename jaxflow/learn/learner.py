@@ -46,9 +46,10 @@ from jaxflow.learn.sgd import (
 )
 from jaxflow.learn.thread import LearnerThread
 from jaxflow.rollout.batch import train_arrays
+from jaxflow.rollout.guards import DivergenceError
 
 
-class NonFiniteUpdateError(FloatingPointError):
+class NonFiniteUpdateError(DivergenceError):
     """An SGD step's loss or gradient was NaN or infinite (its parameters were not changed)."""
 
 

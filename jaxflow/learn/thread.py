@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jaxflow.config.constants import POLL_S, THREAD_JOIN_TIMEOUT_S
+from jaxflow.dataflow.errors import carrying
 from jaxflow.dataflow.producer import Producer, ProducerError
 from jaxflow.rollout.batch import train_arrays
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
 
 
 class LearnerThreadError(RuntimeError):
-    """The learner thread raised; the original error is the cause."""
+    """The learner thread raised; the original error is the cause, and its type this error's too
+    (:func:`~jaxflow.dataflow.errors.carrying`: a ``NonFiniteUpdateError`` is caught as one)."""
 
 
 class LearnerThread:
@@ -62,12 +64,13 @@ class LearnerThread:
         try:
             return self._updates.get(timeout)
         except ProducerError as e:
-            raise LearnerThreadError(f"the learner thread failed: {e.error!r}") from e.error
+            raise carrying(LearnerThreadError, f"the learner thread failed: {e.error!r}", e.error) from e.error
 
     def check(self) -> None:
         """Raises :class:`LearnerThreadError` if the thread failed."""
         if self._updates.error is not None:
-            raise LearnerThreadError(f"the learner thread failed: {self._updates.error!r}") from self._updates.error
+            error = self._updates.error
+            raise carrying(LearnerThreadError, f"the learner thread failed: {error!r}", error) from error
 
     def stop(self, timeout_s: float = THREAD_JOIN_TIMEOUT_S) -> None:
         self._updates.close(timeout_s)

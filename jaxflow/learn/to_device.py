@@ -24,6 +24,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jaxflow.dataflow.errors import carrying
 from jaxflow.dataflow.iterators import NOT_READY, LocalIterator
 from jaxflow.dataflow.producer import Producer, ProducerError
 from jaxflow.dataflow.stored_rows import StoredRows
@@ -61,7 +62,8 @@ class DeviceBatch(NamedTuple):
 
 
 class ToDeviceError(RuntimeError):
-    """The feeding thread failed; the original error is the cause."""
+    """The feeding thread failed; the original error is the cause, and its type this error's too
+    (:func:`~jaxflow.dataflow.errors.carrying`: a worker's ``EnvValueError`` is caught as one)."""
 
 
 def ToDevice(
@@ -113,7 +115,9 @@ def ToDevice(
                 except StopIteration:
                     return
                 except ProducerError as e:
-                    raise ToDeviceError(f"ToDevice: producing batches failed: {e.error!r}") from e.error
+                    raise carrying(
+                        ToDeviceError, f"ToDevice: producing batches failed: {e.error!r}", e.error
+                    ) from e.error
                 stats["wait_s"] += time.perf_counter() - t0
                 for batch in transferred:
                     stats["batches"] += 1

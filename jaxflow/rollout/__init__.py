@@ -12,7 +12,7 @@ from jaxflow.rollout.batch import (
     train_arrays,
 )
 from jaxflow.rollout.evaluation import evaluate_policies, evaluate_policy, evaluation_seed, summarize_returns
-from jaxflow.rollout.guards import EnvValueError, PolicyOutputError
+from jaxflow.rollout.guards import DivergenceError, EnvValueError, PolicyOutputError
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
 from jaxflow.rollout.normalize import HostNormalizer, Moments, Normalizer
 from jaxflow.rollout.postprocess import HostPostprocess, example_train_batch
@@ -25,6 +25,7 @@ from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 __all__ = [
     "PER_ENV_FIELDS",
     "Batch",
+    "DivergenceError",
     "EnvValueError",
     "GradientsResult",
     "HostNormalizer",

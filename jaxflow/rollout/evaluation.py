@@ -97,6 +97,7 @@ def evaluate_policy(
     normalizer: Normalizer | None = None,
     video_dir: str | None = None,
     kept: tuple[list[Any], tuple[Callable[..., Any], Callable[..., Any]]] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Mean and standard deviation of the greedy policy's return over ``episodes`` episodes
     of ``config.env``, stepped on the host, up to :data:`EVALUATION_BATCH` side by side (episode
@@ -108,7 +109,8 @@ def evaluate_policy(
     episode ends there too; otherwise an episode that has not ended after :func:`episode_limit`
     steps is cut there, with a warning (the env has no time limit). ``kept``: envs of ``config.env`` (a list this call adds to where it
     needs more) and :func:`compiled_greedy`'s functions to play with, left open, which an
-    :class:`Evaluator` keeps from call to call."""
+    :class:`Evaluator` keeps from call to call. ``progress`` is called with the number of
+    episodes played so far after each batch of them."""
     seed = evaluation_seed(config, seed)
     pool, compiled = kept if kept is not None else ([], compiled_greedy(policy))
     batch = 1 if video_dir else max(1, min(episodes, EVALUATION_BATCH))
@@ -126,6 +128,8 @@ def evaluate_policy(
             videos.append(video.path)
         r, n = play_greedy(config, policy, compiled, params, pool[:batch], seeds, normalizer, video)
         returns, lengths = returns + r, lengths + n
+        if progress is not None:  # told the episodes played so far (jaxflow evaluate's progress line)
+            progress(len(returns))
     _warn_cut(config, pool[0], lengths)
     if kept is None:
         for env in pool:

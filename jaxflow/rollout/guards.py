@@ -6,12 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 
-class PolicyOutputError(FloatingPointError):
+class DivergenceError(FloatingPointError):
+    """A divergence guard stopped the run: a NaN or infinite value that training cannot go on
+    with. Its message names where (env, worker or learner, step) and the setting, if any, that
+    lets such values through; ``jaxflow train`` reports it in one line (:mod:`jaxflow.api.failures`)."""
+
+
+class PolicyOutputError(DivergenceError):
     """The policy's network gave a NaN or infinite output: the worker stops on that step
     rather than act on it (an action from NaN logits is arbitrary, a NaN action reaches the env)."""
 
 
-class EnvValueError(FloatingPointError):
+class EnvValueError(DivergenceError):
     """An environment gave a NaN or infinite observation or reward."""
 
 
@@ -28,12 +34,25 @@ def check_finite_step(obs: np.ndarray, reward: np.ndarray, env_id: str, worker: 
 
 
 def bad_output_message(
-    inputs: np.ndarray, values: np.ndarray, worker: int, model: str, env_id: str, env_step: int
+    inputs: np.ndarray, values: np.ndarray, worker: int, model: str, env_id: str, env_step: int, check_finite: bool
 ) -> str:
-    """What a :class:`PolicyOutputError` says: the worker, the model, how many observations, where."""
-    bad = int((~np.isfinite(inputs)).any(axis=-1).sum() + (~np.isfinite(values)).sum())
+    """What a :class:`PolicyOutputError` says: the worker, the model, how many observations (each
+    counted once, whether its distribution inputs, its value or both are not finite), where, and
+    whether ``check_finite=false`` let non-finite observations reach the policy.
+
+    Example:
+        >>> inputs, values = np.full((16, 2), np.nan), np.full(16, np.nan)
+        >>> bad_output_message(inputs, values, 0, "the default network", "CartPole-v1", 48, True)[:95]
+        'rollout worker 0: the policy (the default network) gave NaN or infinite outputs for 16 of 16 ob'
+    """
+    rows = len(inputs)
+    finite = np.isfinite(inputs.reshape(rows, -1)).all(axis=1) & np.isfinite(values.reshape(rows, -1)).all(axis=1)
+    bad = int((~finite).sum())
+    why = "its parameters or the observations are not finite"
+    if not check_finite:
+        why += " (check_finite=false lets NaN or infinite observations reach the policy)"
     return (
         f"rollout worker {worker}: the policy ({model}) gave NaN or infinite outputs for {bad} of "
-        f"{len(inputs)} observations of {env_id!r} at the worker's env step {env_step}; "
-        "its parameters or the observations are not finite."
+        f"{rows} observations of {env_id!r} at the worker's env step {env_step}; {why}; no setting lets "
+        "such outputs reach the env."
     )

@@ -175,7 +175,9 @@ class RolloutWorker:
         if not (np.isfinite(inputs).all() and np.isfinite(values).all()):
             cfg = self.config
             model = f"model {cfg.model!r}" if cfg.model else "the default network"
-            raise PolicyOutputError(bad_output_message(inputs, values, self.index, model, cfg.env, env_step))
+            raise PolicyOutputError(
+                bad_output_message(inputs, values, self.index, model, cfg.env, env_step, cfg.rollout.check_finite)
+            )
         if self._explore is None:
             return self.policy.distribution.sample_host(self._rng, inputs)
         return self._explore(self._rng, inputs, self.config, self.index, env_step)

@@ -65,11 +65,7 @@ class WorkerSet:
             self._slots[0] = _InDriver(self.worker_cls(spec, 0))
         else:
             self.placement = worker_placement(cfg.rollout)
-            _check_gpus(cfg.rollout.num_workers, cfg.rollout.num_gpus_per_worker)
-            # Ray would queue actors that cannot be placed forever; say so instead.
-            self.placement.check_room(
-                cfg.rollout.num_workers, f"rollout workers (num_workers={cfg.rollout.num_workers})"
-            )
+            check_worker_room(cfg.rollout)
             self._actor_cls = jax_actor(self.worker_cls, max_restarts=0, **self.placement.options())
             for i in range(cfg.rollout.num_workers):
                 self._slots[i] = self._create(i)
@@ -265,6 +261,17 @@ def worker_placement(rollout: RolloutConfig) -> Placement:
         rollout.custom_resources_per_worker,
         rollout.placement_strategy,
     )
+
+
+def check_worker_room(rollout: RolloutConfig) -> None:
+    """Raises :class:`ConfigError` unless the Ray cluster has room for the rollout workers now
+    (their GPUs, and their resources on live nodes): Ray would queue actors that cannot be
+    placed forever; this says so instead."""
+    if rollout.num_workers:
+        _check_gpus(rollout.num_workers, rollout.num_gpus_per_worker)
+        worker_placement(rollout).check_room(
+            rollout.num_workers, f"rollout workers (num_workers={rollout.num_workers})"
+        )
 
 
 def _check_gpus(num_workers: int, per_worker: float) -> None:

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxflow.api.cli_args import overrides
-from jaxflow.api.loop import parse_stop
 from jaxflow.api.outputs import TUNE, claim_output
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.retention import BEST_FILE
 from jaxflow.api.spaces import env_spaces
+from jaxflow.api.stops import check_reported, parse_stop
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import parse_value, with_overrides
 from jaxflow.tune.experiment import best_checkpoint, make_scheduler, results_table, trials, tuner
@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     fixed = {k: parse_value(spec.config_cls, k, v) for k, v in settings.items()}
     dims = search_space(spec.config_cls, args.search, fixed)
     stop = parse_stop(args.stop) or DEFAULT_STOP
+    if "evaluation_interval" not in {d.field for d in dims}:  # a searched interval is each trial's own
+        check_reported(stop, config)  # an evaluation/ key with no evaluation would keep every trial running
     scheduler = make_scheduler(args.scheduler, dims, stop, args.scheduler_interval, spec.config_cls)
     if spec.run.program is None:
         env_spaces(config, spec)  # the env's spaces against the algorithm's, before Ray starts

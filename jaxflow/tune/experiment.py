@@ -14,8 +14,8 @@ from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
 
 from jaxflow.api import checkpoint
-from jaxflow.api.loop import should_stop
 from jaxflow.api.retention import BEST_FILE, DEFAULT_KEEP
+from jaxflow.api.stops import should_stop
 from jaxflow.config.fields import ConfigError
 from jaxflow.tune.search import KeepInBounds, SearchDim
 from jaxflow.tune.trainable import trainable

@@ -17,6 +17,7 @@ import jaxflow
 import jaxflow.api.ray_program
 from jaxflow import Algorithm
 from jaxflow.api import cli
+from jaxflow.api.algorithm import find_checkpoint
 from jaxflow.tune import SearchDim
 
 # Strong learning rates first: they set ASHA's bar at its cut (iteration 4) before the two
@@ -55,7 +56,9 @@ def test_asha_cuts_weak_cartpole_trials_and_the_best_checkpoint_restores(ray_loc
     assert best["config"]["lr"] in (0.003, 0.001) and row[0] == best["trial"] and row[4:] == ["8", "done"]
     assert row[2] == f"{best['score']:.1f}" == f"{max(float(r[2]) for r in rows.values()):.1f}"
     assert f"checkpoint {best['checkpoint']}" in out
-    algo = Algorithm.restore(best["checkpoint"])
+    # the experiment's folder and its best_checkpoint.json name that checkpoint, as the docs say
+    assert find_checkpoint(os.path.join(logdir, "best_checkpoint.json"))[0] == best["checkpoint"]
+    algo = Algorithm.restore(logdir)
     try:
         assert (algo.iteration, algo.config.optimizer.lr, algo.config.env) == (8, best["config"]["lr"], "CartPole-v1")
     finally:

@@ -91,3 +91,21 @@ def test_a_complete_replace_leaves_only_the_new_checkpoint(dqn, tmp_path):
     path = checkpoint.save(str(tmp_path), ITERATION, state._replace(step=np.asarray(7, np.int32)), meta)
     assert os.listdir(tmp_path) == ["checkpoint_000004"]
     assert int(checkpoint_state.restore_state(path, state).step) == 7
+
+
+def test_only_the_unfinished_saves_jaxflow_names_are_removed(dqn, tmp_path):
+    """A save killed before its rename leaves ``.tmp-checkpoint_<N>-<8 hex>``: the next run in the
+    logdir removes such folders, and nothing else, however close its name."""
+    state, meta = dqn
+    done = checkpoint.save(str(tmp_path), ITERATION, state, meta)
+    unfinished = f".tmp-checkpoint_{ITERATION + 1:06d}-0a1b2c3d"
+    shutil.copytree(done, tmp_path / unfinished)  # as far as a save gets before its rename
+    kept = [".tmp-checkpoint_000005-0a1b2c3", ".tmp-checkpoint_000005-0A1B2C3D", ".tmp-checkpoint_x-0a1b2c3d", ".tmp-n"]
+    for name in kept:
+        (tmp_path / name).mkdir()
+    (tmp_path / ".tmp-checkpoint_000006-0a1b2c3d").write_text("a file, not a save's folder")
+    os.symlink(done, tmp_path / ".tmp-checkpoint_000007-0a1b2c3d")  # a link, not a save's folder
+    before = set(os.listdir(tmp_path))
+    assert checkpoint.remove_unfinished(str(tmp_path)) == [unfinished]
+    assert set(os.listdir(tmp_path)) == before - {unfinished} and os.path.isdir(done)
+    assert checkpoint.remove_unfinished(str(tmp_path / "absent")) == []

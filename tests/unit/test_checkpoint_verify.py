@@ -283,6 +283,22 @@ def test_the_cli_prints_one_line_per_skipped_checkpoint(saved, tmp_path, capsys,
     assert lines[2].startswith(f"jaxflow: resuming DQN from {os.path.join(run, GOOD)}")
 
 
+def test_evaluate_says_each_skipped_checkpoint_once_and_which_one_it_plays(saved, tmp_path, capsys, caplog):
+    run, _ = _tampered(saved, tmp_path, "bit flip in an orbax file", with_good=True)
+    shutil.copytree(saved["reshaped"], os.path.join(run, "checkpoint_000003"))  # verifies, does not fit
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["evaluate", "--checkpoint", run, "--episodes", "1", "--seed", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[3].rstrip(":") for line in lines[:2]] == [
+        os.path.join(run, "checkpoint_000003"),
+        os.path.join(run, TAMPERED),
+    ]
+    assert lines[0].startswith("jaxflow: skipped checkpoint") and lines[1].startswith("jaxflow: skipped checkpoint")
+    assert lines[2] == f"jaxflow: evaluating {os.path.join(run, GOOD)}"
+    assert lines[3].startswith("CartPole-v1: greedy return over 1 episodes") and len(lines) == 4
+    assert [r for r in caplog.records if r.name.startswith("jaxflow")] == []  # said once, not logged again
+
+
 def test_a_pickle_payload_never_runs(saved, tmp_path, no_ray):
     marker = tmp_path / "pwned"
     payload = np.array([Payload(str(marker))], dtype=object)

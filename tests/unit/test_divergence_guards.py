@@ -17,9 +17,10 @@ from jaxflow import Algorithm, RolloutWorker, WorkerSpec, envs, get_algorithm, m
 from jaxflow.api import load_policy
 from jaxflow.api.checkpoint import CheckpointError
 from jaxflow.api.loop import train
+from jaxflow.dataflow import WorkerError
 from jaxflow.learn import Learner, TrainState, sgd_step
 from jaxflow.learn.learner import NonFiniteUpdateError
-from jaxflow.rollout.guards import EnvValueError
+from jaxflow.rollout.guards import EnvValueError, PolicyOutputError
 
 PPO = get_algorithm("PPO")
 
@@ -65,8 +66,12 @@ def test_with_check_finite_off_the_nan_goes_through():
     worker.set_weights(policy.init(jax.random.PRNGKey(0)), 0)
     for _ in range(3):
         worker.sample()
-    with pytest.raises(FloatingPointError, match="the policy \\(the default network\\) gave NaN"):
-        worker.sample()  # the next guard: the policy's outputs on a NaN observation
+    with pytest.raises(
+        PolicyOutputError,
+        match=r"the policy \(the default network\) gave NaN or infinite outputs for 1 of 1 observations .*"
+        r"\(check_finite=false lets NaN or infinite observations reach the policy\)",
+    ):
+        worker.sample()  # the next guard: the policy's outputs on a NaN observation, each counted once
     worker.close()
 
 
@@ -129,10 +134,14 @@ def test_a_run_on_a_nan_env_fails_on_that_step_and_leaves_only_finite_checkpoint
         train_batch_size=32,
         minibatch_size=32,
     )
+    # The worker's own error type reaches the caller, as it does from a worker in this process.
     with pytest.raises(
-        Exception, match=r"rollout worker 0: env 'test/NaNAfter-v0' returned a NaN or infinite observation"
-    ):
+        EnvValueError, match=r"rollout worker 0: env 'test/NaNAfter-v0' returned a NaN or infinite observation"
+    ) as raised:
         train(algo, {"training_iteration": 50}, str(tmp_path), checkpoint_every=1, verbose=False)
+    assert isinstance(raised.value, WorkerError)  # naming the actor, as before
+    with open(tmp_path / "error.log", encoding="utf-8") as f:
+        assert "EnvValueError: rollout worker 0" in f.read()  # the traceback, kept in the run
     saved = sorted(d for d in os.listdir(tmp_path) if d.startswith("checkpoint_"))
     assert saved  # iterations before the NaN step were checkpointed
     _, _, params, _ = load_policy(str(tmp_path))

@@ -65,7 +65,11 @@ def test_top_directions_gradient_by_hand():
         (ESConfig, dict(num_seeds=2), r"num_seeds, sweep and pbt are not supported"),
         (ARSConfig, dict(population_size=8, top_directions=5), r"top_directions \(5\) must be at most"),
         (ESConfig, dict(noise_table_size=10), r"noise_table_size must be at least 1000"),
-        (ARSConfig, dict(max_episode_length=0), r"ARSConfig\.max_episode_length must satisfy 0 < value, got 0"),
+        (
+            ARSConfig,
+            dict(max_episode_length=0),
+            r"ARSConfig\.max_episode_length must satisfy 0 < value <= 2147483647 \(MAX_SIZE\), got 0",
+        ),
     ],
 )
 def test_bad_settings_are_refused_on_construction(cls, overrides, match):

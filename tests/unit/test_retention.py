@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-from jaxflow.api.retention import BEST_FILE, prune_checkpoints, scores_by_iteration
+import pytest
+
+from jaxflow.api.retention import BEST_FILE, named_best, prune_checkpoints, scores_by_iteration
+from jaxflow.config import ConfigError
 
 
 def make_run(tmp_path, rows, checkpoints):
@@ -55,3 +58,23 @@ def test_without_progress_the_newest_stay(tmp_path):
     os.remove(tmp_path / "progress.jsonl")
     prune_checkpoints(run, keep=2)
     assert names(run) == ["checkpoint_000002", "checkpoint_000003"] and not (tmp_path / BEST_FILE).exists()
+
+
+def test_a_best_file_or_a_tune_folder_names_its_best_checkpoint(tmp_path):
+    os.makedirs(tmp_path / "run")
+    run = make_run(tmp_path / "run", [{"training_iteration": 2, "episode_return_mean": 9.0}], [1, 2])
+    prune_checkpoints(run)
+    assert named_best(os.path.join(run, BEST_FILE)) == os.path.join(run, "checkpoint_000002")
+    assert named_best(run) is None  # a run's folder holds checkpoints: its newest, as before
+    experiment = tmp_path / "tune"
+    trial = experiment / "PPO_0" / "checkpoint_000000" / "checkpoint_000004"
+    os.makedirs(trial)
+    (experiment / BEST_FILE).write_text(json.dumps({"checkpoint": str(trial), "score": 1.0}))
+    assert named_best(str(experiment)) == named_best(str(experiment / BEST_FILE)) == str(trial)
+    assert named_best(str(trial)) is None and named_best(str(tmp_path / "nothing")) is None
+    (experiment / BEST_FILE).write_text("{oops")
+    with pytest.raises(ConfigError, match=r"best_checkpoint.json: not a best_checkpoint.json that jaxflow wrote"):
+        named_best(str(experiment))
+    (experiment / BEST_FILE).write_text(json.dumps({"checkpoint": 3}))
+    with pytest.raises(ConfigError, match=r"its 'checkpoint' must name a checkpoint, got 3"):
+        named_best(str(experiment))

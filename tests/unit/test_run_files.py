@@ -30,11 +30,17 @@ def test_each_tuned_example_builds_a_valid_run(name):
     assert set(tuned.reaches(name)) <= {"episode_return_mean", "evaluation/episode_return_mean"}
 
 
+LEARNING_SOURCES = ("learning/*.py", "integration/test_multinode.py")
+"""The learning tests' files: tests/learning, and the multi-node cluster's runs of PPO's and Ape-X's examples."""
+
+
 def test_every_stated_result_is_checked_by_a_learning_test():
     """A file that states what it reaches is run to it by a learning test (named in its source)."""
+    tests = os.path.join(os.path.dirname(os.path.dirname(tuned.TUNED)), "tests")
     sources = "".join(
         open(p, encoding="utf-8").read()
-        for p in glob.glob(os.path.join(os.path.dirname(os.path.dirname(tuned.TUNED)), "tests", "learning", "*.py"))
+        for pattern in LEARNING_SOURCES
+        for p in glob.glob(os.path.join(tests, pattern))
     )
     stated = [name for name in tuned.names() if tuned.reaches(name)]
     assert len(stated) >= 10
