@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from jaxflow.config import NO_CLIPPING, OffPolicyConfig, OptimizerConfig, RolloutConfig
 from jaxflow.config.fields import COUNT, POSITIVE, SIZE, UNIT, param
@@ -22,6 +23,13 @@ class ActorCriticsConfig(OffPolicyConfig):
     """Adam for every part alike (see :class:`~jaxflow.config.OptimizerConfig`); lr 3e-4, no clipping."""
     hidden_sizes: tuple[int, ...] = (256, 256)
     """Widths of the actor's and each critic's hidden ReLU layers."""
+    layer_init: Literal["flax", "pytorch"] = "flax"
+    """How the actor's and critics' layers start: ``"flax"``, flax's default (LeCun-normal
+    kernels, zero biases), or ``"pytorch"``, PyTorch's ``nn.Linear`` default (kernels and biases
+    uniform in ±1/sqrt(fan_in)) as the TD3 authors', SB3's and cleanrl's networks start. With
+    the TD3 paper's settings on Hopper-v5, the actors of 5 of 8 seeds started flax's way sat at
+    the action bounds after 15k env steps (every action +-1, falling in 10-22 steps), none of 8
+    started PyTorch's way (docs/results.md, the TD3 Hopper row)."""
     train_batch_size: int = param(256, SIZE)
     """Replayed transitions per SGD step."""
     samples_per_insert: float = param(256.0, POSITIVE)

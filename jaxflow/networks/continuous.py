@@ -5,16 +5,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+LayerInit = Literal["flax", "pytorch"]
+"""How dense layers start: flax's ``nn.Dense`` default (LeCun-normal kernels, zero biases) or
+PyTorch's ``nn.Linear`` default (:class:`PyTorchDense`)."""
 
-def relu_mlp(h: jax.Array, hidden_sizes: Sequence[int]) -> jax.Array:
-    """ReLU layers of ``hidden_sizes`` widths on ``h``."""
-    for width in hidden_sizes:
-        h = nn.relu(nn.Dense(width)(h))
+
+class PyTorchDense(nn.Dense):
+    """``nn.Dense`` started as PyTorch's ``nn.Linear`` is: kernel and bias uniform in
+    ``±1/sqrt(fan_in)`` (``kaiming_uniform(a=sqrt(5))``), a third of the variance of flax's
+    LeCun-normal kernels. The TD3 authors', SB3's and cleanrl's actors and critics start so."""
+
+    @nn.compact
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        bound = 1.0 / math.sqrt(inputs.shape[-1])
+
+        def uniform(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+            return jax.random.uniform(key, shape, dtype, -bound, bound)
+
+        kernel = self.param("kernel", uniform, (inputs.shape[-1], self.features), self.param_dtype)
+        bias = self.param("bias", uniform, (self.features,), self.param_dtype)
+        return inputs @ kernel + bias
+
+
+def dense(features: int, layer_init: LayerInit = "flax", name: str | None = None) -> nn.Dense:
+    """A dense layer of ``features`` units started as ``layer_init`` says."""
+    return (PyTorchDense if layer_init == "pytorch" else nn.Dense)(features, name=name)
+
+
+def relu_mlp(h: jax.Array, hidden_sizes: Sequence[int], layer_init: LayerInit = "flax") -> jax.Array:
+    """ReLU layers of ``hidden_sizes`` widths on ``h`` (inside a compact module: named ``Dense_<i>``)."""
+    for i, width in enumerate(hidden_sizes):
+        h = nn.relu(dense(width, layer_init, f"Dense_{i}")(h))
     return h
 
 
@@ -22,12 +49,13 @@ class MLPContinuousQ(nn.Module):
     """``Q(s, a) [B]`` from observations ``[B, ...]`` (flattened) and actions ``[B, A]``."""
 
     hidden_sizes: Sequence[int] = (256, 256)
+    layer_init: LayerInit = "flax"
 
     @nn.compact
     def __call__(self, obs: jax.Array, actions: jax.Array) -> jax.Array:
         x = jnp.concatenate([obs.astype(jnp.float32).reshape(obs.shape[0], -1), actions], axis=-1)
-        h = relu_mlp(x, self.hidden_sizes)
-        return nn.Dense(1)(h)[..., 0]
+        h = relu_mlp(x, self.hidden_sizes, self.layer_init)
+        return dense(1, self.layer_init, f"Dense_{len(self.hidden_sizes)}")(h)[..., 0]
 
 
 class ActorCritics(nn.Module):
@@ -48,11 +76,12 @@ class ActorCritics(nn.Module):
     hidden_sizes: Sequence[int] = (256, 256)
     num_critics: int = 2
     initial_alpha: float | None = None
+    layer_init: LayerInit = "flax"
 
     def setup(self) -> None:
         self.actor_torso = nn.Sequential(
-            [layer for width in self.hidden_sizes for layer in (nn.Dense(width), nn.relu)]
-            + [nn.Dense(self.num_outputs)]
+            [layer for width in self.hidden_sizes for layer in (dense(width, self.layer_init), nn.relu)]
+            + [dense(self.num_outputs, self.layer_init)]
         )
         self.q = nn.vmap(
             MLPContinuousQ,
@@ -61,7 +90,7 @@ class ActorCritics(nn.Module):
             in_axes=None,
             out_axes=0,
             axis_size=self.num_critics,
-        )(self.hidden_sizes)
+        )(self.hidden_sizes, self.layer_init)
         if self.initial_alpha is not None:
             self.log_alpha = self.param("log_alpha", nn.initializers.constant(math.log(self.initial_alpha)), ())
 

@@ -101,7 +101,7 @@ def actor_critics_policy(
     num_critics: int = 2,
 ) -> Policy:
     """An actor and ``num_critics`` critics on a Box action space (SAC: ``box="squashed"`` with a
-    learned temperature from ``initial_alpha``; TD3: ``box="deterministic"``), MLPs of ``config.hidden_sizes``."""
+    learned temperature from ``initial_alpha``; TD3: ``box="deterministic"``), MLPs of ``config.hidden_sizes`` started as ``config.layer_init`` says."""
     if config.model:
         raise ConfigError(
             f"{type(config).__name__}.model: this algorithm's actor and critics take no custom model yet."
@@ -109,6 +109,11 @@ def actor_critics_policy(
     distribution = distribution_for(action_space, box)
     obs_shape = tuple(obs_space.shape or ())
     network = ActorCritics(
-        distribution.num_inputs, distribution.action_shape[0], tuple(config.hidden_sizes), num_critics, initial_alpha
+        distribution.num_inputs,
+        distribution.action_shape[0],
+        tuple(config.hidden_sizes),
+        num_critics,
+        initial_alpha,
+        config.layer_init,
     )
     return Policy(network, distribution, obs_shape, inputs_method="actor")

@@ -82,6 +82,24 @@ def test_ddpg_is_td3_with_one_critic_no_smoothing_and_no_delay():
     assert params["params"]["q"]["Dense_0"]["kernel"].shape[0] == 1  # one critic
 
 
+def test_pytorch_layer_init_starts_every_layer_uniform_in_one_over_root_fan_in():
+    config = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(400, 300), layer_init="pytorch")
+    params = policy(config, OBS, ACT).init(jax.random.PRNGKey(0))["params"]
+    actor, critics = params["actor_torso"], params["q"]
+    # fan-ins: the actor's layers see 3 observations, 400 and 300 units; a critic's first sees 3 + 2 actions
+    layers = [(actor["layers_0"], 3), (actor["layers_2"], 400), (actor["layers_4"], 300), (critics["Dense_0"], 5)]
+    for layer, fan_in in layers:
+        bound = 1 / np.sqrt(fan_in)
+        for values in (layer["kernel"], layer["bias"]):
+            values = np.asarray(values).ravel()
+            assert np.abs(values).max() <= bound  # U(-bound, bound): std bound / sqrt(3)
+            assert values.std() == pytest.approx(bound / np.sqrt(3), rel=0.15 if values.size < 1000 else 0.03)
+    flax_default = policy(make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(400, 300)), OBS, ACT)
+    first = flax_default.init(jax.random.PRNGKey(0))["params"]["actor_torso"]["layers_0"]
+    assert not np.asarray(first["bias"]).any()  # flax's: zero biases, LeCun-normal kernels (std 1/sqrt(fan_in))
+    assert np.asarray(first["kernel"]).std() == pytest.approx(1 / np.sqrt(3), rel=0.1)
+
+
 def test_skipping_the_actors_gradient_between_its_steps_equals_delayed_adam_on_full_gradients():
     # The learner's path (bind_loss hands TD3's loss the step, sgd_update scans the steps)
     # against a hand-rolled reference: full gradients every step, the critics' Adam every
