@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import uuid
 
 import fsspec
 import pytest
@@ -53,12 +54,15 @@ SMALL = ["--set", "num_envs=8", "--set", "minibatch_size=64", "--set", "iteratio
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory):
     """Device-mode PPO trained by the CLI for 3 iterations into a local logdir, mirrored at
-    memory://ppo-run (a checkpoint every iteration, the newest 2 and the best kept)."""
+    memory://ppo-run-<id> (a checkpoint every iteration, the newest 2 and the best kept). The
+    memory store lives as long as the process: pytest-xdist may set this fixture up twice in one
+    worker (its module's tests split by others), so each setup has a store of its own."""
     logdir = str(tmp_path_factory.mktemp("ppo") / "run")
+    uri = f"memory://ppo-run-{uuid.uuid4().hex[:8]}"
     argv = ["train", "--algo", "PPO", "--env", "gymnax/CartPole-v1", *SMALL, "--stop", "training_iteration=3"]
     keep = ["--checkpoint-every", "1", "--keep-checkpoints", "2"]
-    assert cli.main([*argv, *keep, "--logdir", logdir, "--storage", "memory://ppo-run"]) == 0
-    return logdir, Storage("memory://ppo-run")
+    assert cli.main([*argv, *keep, "--logdir", logdir, "--storage", uri]) == 0
+    return logdir, Storage(uri)
 
 
 def test_the_storage_holds_the_runs_files_as_written_locally(ppo_run):
@@ -78,10 +82,10 @@ def test_a_run_resumes_from_its_storage_alone(ppo_run, tmp_path, monkeypatch, ca
     once, retention's removals mirrored."""
     _, store = ppo_run
     monkeypatch.setenv("JAXFLOW_STORAGE_CACHE", str(tmp_path / "cache"))
-    argv = ["train", "--resume", "memory://ppo-run", "--stop", "training_iteration=4", "--quiet"]
+    argv = ["train", "--resume", store.uri, "--stop", "training_iteration=4", "--quiet"]
     assert cli.main([*argv, "--checkpoint-every", "1", "--keep-checkpoints", "1"]) == 0
     out = capsys.readouterr().out
-    assert "pulled memory://ppo-run into" in out and "resuming PPO from" in out and "checkpoint_000003" in out
+    assert f"pulled {store.uri} into" in out and "resuming PPO from" in out and "checkpoint_000003" in out
     rows = [json.loads(line) for line in remote_bytes(store, "progress.jsonl").decode().splitlines()]
     assert [r["training_iteration"] for r in rows] == [1, 2, 3, 4]
     (local,) = os.listdir(tmp_path / "cache")
@@ -138,10 +142,11 @@ def test_replay_shards_hand_their_contents_to_the_driver(ray_local, tmp_path, mo
 
 
 def test_a_storage_that_holds_a_run_is_refused_before_anything_starts(ppo_run, tmp_path, capsys):
-    argv = ["train", "--algo", "PPO", "--env", "gymnax/CartPole-v1", "--storage", "memory://ppo-run"]
+    _, store = ppo_run
+    argv = ["train", "--algo", "PPO", "--env", "gymnax/CartPole-v1", "--storage", store.uri]
     assert cli.main(argv + ["--logdir", str(tmp_path / "new")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "storage 'memory://ppo-run' already holds a run" in err
+    assert err.count("\n") == 1 and f"storage '{store.uri}' already holds a run" in err
     assert not os.path.exists(tmp_path / "new")
 
 
