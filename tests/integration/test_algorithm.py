@@ -7,7 +7,9 @@ import pytest
 from jaxflow import Algorithm, ConfigError
 
 
-@pytest.mark.parametrize("name, fields", [("PPO", {}), ("A2C", {"train_batch_size": 200})])
+# PPO's defaults are PPO's tuned CartPole example, whose learning run (tests/integration/
+# test_multinode.py) makes these checks of its first iterations: no second run of PPO here.
+@pytest.mark.parametrize("name, fields", [("A2C", {"train_batch_size": 200})])
 def test_warm_up_compiles_the_update_training_uses(ray_local, name, fields):
     algo = Algorithm.build(name, num_workers=2, **fields)
     try:
@@ -18,7 +20,7 @@ def test_warm_up_compiles_the_update_training_uses(ray_local, name, fields):
         algo.stop()
     per_iter = results[-1]["env_steps_trained"] - results[-2]["env_steps_trained"]
     # A2C's 200 rounds up to whole rounds of 2 workers x 8 envs x 16 steps = 256.
-    assert per_iter == {"PPO": 1024, "A2C": 256}[name]
+    assert per_iter == {"A2C": 256}[name]
     assert [r["training_iteration"] for r in results] == [1, 2, 3]
     assert results[-1]["num_updates"] == 3 and results[-1]["num_weight_syncs"] == 3
     sampler = results[-1]["sampler"]

@@ -72,7 +72,7 @@ def test_a_box_policy_trains_saves_restores_and_evaluates(ray_local, tmp_path):
     finally:
         algo.stop()
     assert np.isfinite(result["learner"]["loss"]) and result["env_steps_trained"] > 0
-    restored = Algorithm.restore(str(tmp_path))
+    restored = Algorithm.restore(str(tmp_path), num_workers=0)  # evaluate() plays in this process: no worker to start
     try:
         after = restored.evaluate(episodes=2, seed=3)
     finally:

@@ -37,8 +37,9 @@ def test_on_policy_algorithms_run_on_the_device(name):
 def test_stop_at_a_training_iteration_means_the_same_rollouts_and_updates_on_the_device(tmp_path):
     """--stop training_iteration=6 with 2 iterations per compiled call: three calls, six
     rollouts of num_envs x rollout_fragment_length steps, six updates; a checkpoint is
-    written when a result passes a multiple of checkpoint_every (3: at 4, not 2) and at the end."""
-    algo = Algorithm.build("A2C", env=CARTPOLE, num_envs=8, iterations_per_call=2, min_env_steps_per_iteration=0)
+    written when a result passes a multiple of checkpoint_every (3: at 4, not 2) and at the end.
+    (A2C's run in test_on_policy_algorithms_run_on_the_device: one compiled program for both.)"""
+    algo = Algorithm.build("A2C", env=CARTPOLE, iterations_per_call=2, min_env_steps_per_iteration=0)
     result = train(algo, {"training_iteration": 6}, str(tmp_path), checkpoint_every=3, verbose=False)
     assert result["training_iteration"] == 6 and result["num_updates"] == 6
     assert result["env_steps_sampled"] == 6 * algo.program.steps_per_iteration

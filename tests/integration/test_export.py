@@ -38,16 +38,27 @@ def evaluate_actions(run: str, obs: np.ndarray) -> np.ndarray:
     return policy.distribution.to_env(np.asarray(jax.jit(policy.greedy)(params, obs)))
 
 
+NORMALIZED_PENDULUM = dict(
+    rollout_fragment_length=16,
+    minibatch_size=64,
+    iterations_per_call=2,
+    normalize_observations=True,
+    scale_rewards=True,
+)
+"""The device run of tests/integration/test_normalization.py (with ``num_envs=8``): one compiled
+program for both tests, from the session's XLA cache."""
+
+
 @pytest.mark.parametrize(
     "env, fields, obs_dim, train",
     [
         ("gymnax/CartPole-v1", {}, 4, False),  # categorical: argmax (initial parameters: no compile needed)
         # Box: the mean, rescaled to the bounds; trained, so the statistics inside are not the identity
-        ("gymnax/Pendulum-v1", {"normalize_observations": True}, 3, True),
+        ("gymnax/Pendulum-v1", NORMALIZED_PENDULUM, 3, True),
     ],
 )
 def test_exported_policy_acts_as_evaluate_does_without_jaxflow(tmp_path, env, fields, obs_dim, train):
-    algo = Algorithm.build("PPO", env=env, num_envs=8, iterations_per_call=1, seed=3, **fields)
+    algo = Algorithm.build("PPO", env=env, num_envs=8, seed=3, **fields)
     if train:
         algo.train()
     algo.save(str(tmp_path / "run"))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import ray
 
+import jaxflow.learn.group
 from jaxflow import Algorithm
 from jaxflow.api.loop import train
 from jaxflow.api.program import resolve_mode
@@ -21,6 +22,7 @@ from jaxflow.api.ray_program import learner_factory
 from jaxflow.api.registry import get_algorithm
 from jaxflow.config import make_config
 from jaxflow.config.fields import ConfigError
+from jaxflow.dataflow.jax_process import start_jax_processes
 from jaxflow.dataflow.placement import Placement
 from jaxflow.dataflow.stored_rows import BATCHES_LOST, StoredRows, StoreRows
 from jaxflow.learn.group import LearnerGroup
@@ -225,8 +227,32 @@ def replayed_straight_to_the_group(group: LearnerGroup, single, rng: np.random.G
         shards.stop()
 
 
+APEX_PLACEMENT = Placement(num_cpus=0.5)
+
+
+@pytest.fixture(scope="module")
+def apex_learner_processes(ray_local):
+    """Two learner processes forming one JAX runtime (one CPU device each), started once for
+    both of Ape-X's group tests below (each start is seconds of importing JAX and joining the
+    runtime, more on a loaded machine): each test's group hosts new learners of its own in them."""
+    processes = start_jax_processes(2, APEX_PLACEMENT.options())
+    yield processes
+    for process in processes[0]:
+        ray.kill(process)
+
+
+def group_in(processes, make_learner, monkeypatch) -> LearnerGroup:
+    """A ``LearnerGroup`` built as any is (its placement checked, a member built from
+    ``make_learner`` in each process), in the started ``processes`` rather than new ones; the
+    fixture that started them stops them."""
+    monkeypatch.setattr(jaxflow.learn.group, "start_jax_processes", lambda *args: processes)
+    return LearnerGroup(make_learner, 2, APEX_PLACEMENT)
+
+
 @pytest.mark.parametrize("shuffle_devices", [None, 2], ids=["whole", "flat"])
-def test_group_update_with_a_target_network_equals_single_process_update(ray_local, shuffle_devices):
+def test_group_update_with_a_target_network_equals_single_process_update(
+    apex_learner_processes, monkeypatch, shuffle_devices
+):
     """Ape-X's learner in a group, fed as ``ToDevice`` feeds it (each process's rows put in the
     object store ahead): per-sample TD errors (the new priorities) in the global batch's order,
     target-network moves and parameters as one process's; with whole minibatches (the default
@@ -237,28 +263,25 @@ def test_group_update_with_a_target_network_equals_single_process_update(ray_loc
     _, make_learner = learner_factory(config, spec)
     make_learner = functools.partial(make_learner, shuffle_devices=shuffle_devices)
     single = make_learner()
-    group = LearnerGroup(make_learner, 2, Placement(num_cpus=0.5))
-    try:
-        for learner in (single, group):
-            learner.follow_target(target_update_period=2, tau=0.5)  # every other update
-        rng = np.random.default_rng(1)
-        for updates in (1, 2, 3):
-            batch = random_dqn_batch(128, rng)
-            placed = group.place(batch)
-            assert placed.num_samples == 128 and len(placed.parts) == 2
-            expected, got = single.update(batch), group.update(placed)
-            assert group.version == single.version == updates
-            assert group.target_updates == single.target_updates == updates // 2
-            np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
-            assert got["mean_q"] == pytest.approx(expected["mean_q"], abs=TOLERANCE)
-        replayed_straight_to_the_group(group, single, rng)
-        want, have = single.get_state(), group.get_state()
-        for a, b in zip(jax.tree_util.tree_leaves(want.target_params), jax.tree_util.tree_leaves(have.target_params)):
-            np.testing.assert_allclose(b, a, atol=TOLERANCE)
-        for a, b in zip(jax.tree_util.tree_leaves(want.params), jax.tree_util.tree_leaves(have.params)):
-            np.testing.assert_allclose(b, a, atol=TOLERANCE)
-    finally:
-        group.stop()
+    group = group_in(apex_learner_processes, make_learner, monkeypatch)
+    for learner in (single, group):
+        learner.follow_target(target_update_period=2, tau=0.5)  # every other update
+    rng = np.random.default_rng(1)
+    for updates in (1, 2, 3):
+        batch = random_dqn_batch(128, rng)
+        placed = group.place(batch)
+        assert placed.num_samples == 128 and len(placed.parts) == 2
+        expected, got = single.update(batch), group.update(placed)
+        assert group.version == single.version == updates
+        assert group.target_updates == single.target_updates == updates // 2
+        np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
+        assert got["mean_q"] == pytest.approx(expected["mean_q"], abs=TOLERANCE)
+    replayed_straight_to_the_group(group, single, rng)
+    want, have = single.get_state(), group.get_state()
+    for a, b in zip(jax.tree_util.tree_leaves(want.target_params), jax.tree_util.tree_leaves(have.target_params)):
+        np.testing.assert_allclose(b, a, atol=TOLERANCE)
+    for a, b in zip(jax.tree_util.tree_leaves(want.params), jax.tree_util.tree_leaves(have.params)):
+        np.testing.assert_allclose(b, a, atol=TOLERANCE)
 
 
 def test_num_learners_is_refused_where_it_cannot_run():

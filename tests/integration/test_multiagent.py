@@ -64,14 +64,20 @@ PPO_AND_DQN = dict(
 )
 
 
+ITERATIONS = 6
+"""Of 4,096 env steps (16 rounds): 24,576. Measured in 4 runs (one of them to 12 iterations):
+both policies' returns passed 6 at iteration 2 (8.2 and 7.8) and were 9.8-9.9 from iteration 3
+on; the greedy return was 20 of 20 at iteration 6."""
+
+
 def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local, tmp_path):
     """The coordination game pays each agent 1 per step when both play the cue: 10 per episode
-    at best, 10/9 for random play. In 12 iterations (49k env steps) both policies pass 6.
+    at best, 10/9 for random play. In 6 iterations (25k env steps) both policies pass 6.
     PPO updates once per train batch of 512 of its agent's steps (2 rounds of 256), DQN once
     per round (32 SGD steps of 64), after its 500 learning-start transitions (2 rounds)."""
     algo = Algorithm(make_config(MultiAgentConfig, **PPO_AND_DQN))
     try:
-        for _ in range(12):
+        for _ in range(ITERATIONS):
             result = algo.train()
         ppo, dqn = result["policies"]["ppo"], result["policies"]["dqn"]
         sampler = result["sampler"]  # one clock for the worker's whole multi-agent fragment
@@ -92,12 +98,12 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
         weights = algo.program.get_weights()
     finally:
         algo.stop()
-    restored = Algorithm.restore(path)
+    restored = Algorithm.restore(path, num_workers=0)  # the policies' state alone is compared: no worker to start
     try:
         for pid in ("ppo", "dqn"):
             for a, b in zip(jax.tree.leaves(weights[pid]), jax.tree.leaves(restored.program.get_weights()[pid])):
                 np.testing.assert_array_equal(a, b)
-        assert restored.iteration == 12
+        assert restored.iteration == ITERATIONS
     finally:
         restored.stop()
 

@@ -231,11 +231,6 @@ def test_async_duplicate_branches_both_complete():
 # ---------------------------------------------------------------- Ray actors
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(ray_local):
-    """The session's local Ray (tests/conftest.py)."""
-
-
 @ray.remote(num_cpus=0, max_concurrency=8)
 class Producer:
     """Returns (actor_id, seq) per call and records how many calls ran at once."""
@@ -278,7 +273,7 @@ def make_producers(delays):
 
 
 @pytest.mark.parametrize("num_async", [1, 3])
-def test_gather_async_bounds_requests_in_flight(ray_cluster, num_async):
+def test_gather_async_bounds_requests_in_flight(ray_local, num_async):
     actors = make_producers([0.05, 0.05])
     it = from_actors(actors, "item").gather_async(num_async=num_async)
     items = []
@@ -305,7 +300,7 @@ def test_gather_async_rejects_zero():
         from_actors([], "item").gather_async(num_async=0)
 
 
-def test_gather_sync_is_in_actor_order_per_round(ray_cluster):
+def test_gather_sync_is_in_actor_order_per_round(ray_local):
     # Actor 0 is the slow one, so completion order would put actor 1 first.
     actors = make_producers([0.05, 0.0, 0.01])
     items = from_actors(actors, "item").gather_sync().take(12)
@@ -317,7 +312,7 @@ def test_gather_sync_is_in_actor_order_per_round(ray_cluster):
         ray.kill(a)
 
 
-def test_batch_across_shards_returns_one_list_per_round(ray_cluster):
+def test_batch_across_shards_returns_one_list_per_round(ray_local):
     actors = make_producers([0.0, 0.0])
     rounds = from_actors(actors, "item").batch_across_shards().take(2)
     assert rounds == [[(0, 0), (1, 0)], [(0, 1), (1, 1)]]
@@ -325,7 +320,7 @@ def test_batch_across_shards_returns_one_list_per_round(ray_cluster):
         ray.kill(a)
 
 
-def test_par_for_each_runs_on_the_actor_side_in_order(ray_cluster):
+def test_par_for_each_runs_on_the_actor_side_in_order(ray_local):
     actors = make_producers([0.0, 0.0])
     driver_pid = os.getpid()
     it = (
