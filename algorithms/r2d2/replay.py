@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxflow.ondevice.spec import ReplayBuffer
+from jaxflow.replay.on_device import stratified_slots
 from jaxflow.policies.sequences import STATE_FIELD
 
 Array = jax.Array
@@ -100,16 +101,12 @@ def sample(
 ) -> tuple[dict[str, Array], Array, Array]:
     """``(sequences, slots, importance_weights)``: ``batch_size`` sequences, batch-major
     ``[N, L, ...]`` with their start ``policy_state [N, ...]``, drawn in proportion to their
-    priorities by stratified inverse-CDF sampling (as :func:`jaxflow.replay.on_device.sample`);
+    priorities by stratified inverse-CDF sampling (:func:`~jaxflow.replay.on_device.stratified_slots`);
     weights ``(p / p_min)^-beta`` over the sequences that can be sampled, in ``(0, 1]``."""
     num_blocks, num_envs = state.priorities.shape
     period = state.steps["actions"].shape[0] // num_blocks
     flat = state.priorities.reshape(-1)
-    cdf = jnp.cumsum(flat)
-    total = cdf[-1]
-    u = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) * (total / batch_size)
-    # Round-off at the top of the CDF may land past the last sequence with mass: clamp to it.
-    slots = jnp.minimum(jnp.searchsorted(cdf, u, side="right"), jnp.argmax(cdf >= total)).astype(jnp.int32)
+    slots = stratified_slots(flat, key, batch_size)
     block, env = slots // num_envs, slots % num_envs
     rows = (block[:, None] * period + jnp.arange(sequence_length)[None, :]) % (num_blocks * period)  # [N, L]
     sequences = {k: v[rows, env[:, None]] for k, v in state.steps.items()}
