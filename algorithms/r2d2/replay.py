@@ -28,8 +28,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxflow.ondevice.spec import ReplayBuffer
-from jaxflow.replay.on_device import stratified_slots
 from jaxflow.policies.sequences import STATE_FIELD
+from jaxflow.replay.on_device import stratified_slots
 
 Array = jax.Array
 

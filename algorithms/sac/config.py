@@ -29,7 +29,9 @@ class ActorCriticsConfig(OffPolicyConfig):
     uniform in ±1/sqrt(fan_in)) as the TD3 authors', SB3's and cleanrl's networks start. With
     the TD3 paper's settings on Hopper-v5, the actors of 5 of 8 seeds started flax's way sat at
     the action bounds after 15k env steps (every action +-1, falling in 10-22 steps), none of 8
-    started PyTorch's way (docs/results.md, the TD3 Hopper row)."""
+    started PyTorch's way (docs/results.md, the TD3 Hopper row), so TD3 and DDPG start
+    PyTorch's way by default; SAC, whose entropy term keeps its squashed Gaussian off the
+    bounds, keeps flax's (as sbx's SAC does)."""
     train_batch_size: int = param(256, SIZE)
     """Replayed transitions per SGD step."""
     samples_per_insert: float = param(256.0, POSITIVE)

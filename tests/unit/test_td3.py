@@ -14,6 +14,7 @@ import optax
 import pytest
 
 from jaxflow import make_config
+from jaxflow.algorithms.sac import SACConfig
 from jaxflow.algorithms.td3 import DDPGConfig, TD3Config, explore, loss, optimizer, policy, smoothed_target_actions
 from jaxflow.learn import TrainState, bind_loss, make_optimizer, sgd_step, sgd_update
 
@@ -83,7 +84,10 @@ def test_ddpg_is_td3_with_one_critic_no_smoothing_and_no_delay():
 
 
 def test_pytorch_layer_init_starts_every_layer_uniform_in_one_over_root_fan_in():
-    config = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(400, 300), layer_init="pytorch")
+    """TD3's (and DDPG's) default start; SAC keeps flax's, and either takes the other by name."""
+    config = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(400, 300))
+    assert config.layer_init == make_config(DDPGConfig, env="Pendulum-v1").layer_init == "pytorch"
+    assert make_config(SACConfig, env="Pendulum-v1").layer_init == "flax"
     params = policy(config, OBS, ACT).init(jax.random.PRNGKey(0))["params"]
     actor, critics = params["actor_torso"], params["q"]
     # fan-ins: the actor's layers see 3 observations, 400 and 300 units; a critic's first sees 3 + 2 actions
@@ -94,7 +98,8 @@ def test_pytorch_layer_init_starts_every_layer_uniform_in_one_over_root_fan_in()
             values = np.asarray(values).ravel()
             assert np.abs(values).max() <= bound  # U(-bound, bound): std bound / sqrt(3)
             assert values.std() == pytest.approx(bound / np.sqrt(3), rel=0.15 if values.size < 1000 else 0.03)
-    flax_default = policy(make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(400, 300)), OBS, ACT)
+    flax_start = make_config(TD3Config, env="Pendulum-v1", hidden_sizes=(400, 300), layer_init="flax")
+    flax_default = policy(flax_start, OBS, ACT)
     first = flax_default.init(jax.random.PRNGKey(0))["params"]["actor_torso"]["layers_0"]
     assert not np.asarray(first["bias"]).any()  # flax's: zero biases, LeCun-normal kernels (std 1/sqrt(fan_in))
     assert np.asarray(first["kernel"]).std() == pytest.approx(1 / np.sqrt(3), rel=0.1)
