@@ -168,6 +168,6 @@ DDPPO = register_algorithm(
         None,
         postprocess,
         learner=LearnerHooks(sgd=lambda c: (c.num_epochs, c.minibatch_size), train_batch_env_steps=bulk_sync_env_steps),
-        run=RunHooks(program=DDPPOProgram),
+        run=RunHooks(program=DDPPOProgram, program_kinds=("gymnasium",)),
     )
 )

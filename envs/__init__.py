@@ -24,6 +24,7 @@ from jaxflow.envs.envpool_config import (  # envpool itself is imported when a p
 )
 from jaxflow.envs.envpool_vector import EnvPoolVectorEnv
 from jaxflow.envs.flatten import FlatObservation, flat_space, flatten_observations, is_flattenable
+from jaxflow.envs.integer_actions import IntegerChoiceActions, discrete_actions, is_integer_choice
 from jaxflow.envs.masked_choice import MaskedChoice  # registers jaxflow/MaskedChoice-v0
 from jaxflow.envs.masking import ActionMaskError, FlatMaskedObservation, MaskedBox
 from jaxflow.envs.multiagent import (
@@ -118,6 +119,7 @@ __all__ = [
     "EnvSpaceError",
     "FlatMaskedObservation",
     "FlatObservation",
+    "IntegerChoiceActions",
     "JaxLibraryConfigError",
     "LibraryEnv",
     "MaskedBox",
@@ -139,12 +141,14 @@ __all__ = [
     "check_envpool",
     "check_file_env_config",
     "custom_entry",
+    "discrete_actions",
     "entry",
     "env_options",
     "envpool_installed",
     "flat_space",
     "flatten_observations",
     "is_flattenable",
+    "is_integer_choice",
     "list_envs",
     "list_task_distributions",
     "make",

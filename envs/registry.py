@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium
 
 from jaxflow.envs.flatten import flatten_observations
+from jaxflow.envs.integer_actions import discrete_actions
 from jaxflow.envs.popgym_envs import POPGYM_GYMNASIUM_PREFIX, POPGYM_PREFIX, popgym_class, popgym_ids
 from jaxflow.envs.user_envs import REGISTERED, REGISTERED_MULTIAGENT, EnvContext, EnvEntry, PlainFactory
 
@@ -146,19 +147,21 @@ def make(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> Any:
 
     Returns a ``gymnasium.Env`` for CPU ids and ``(env, env_params)`` for gymnax and brax ids.
     A CPU env's observations that are not a ``Box`` come flattened to a float32 vector
-    (Discrete one-hot; see :mod:`jaxflow.envs.flatten`).
+    (Discrete one-hot; see :mod:`jaxflow.envs.flatten`), and integer ``Box`` actions are chosen
+    as ``Discrete`` ones (:mod:`jaxflow.envs.integer_actions`).
     """
     e = entry(env_id)
     _refuse_multiagent(e)
     if e.kind in JAX_KINDS:
         return e.factory(env_id, **kwargs)
-    return flatten_observations(e.factory(context or EnvContext(), **kwargs), env_id)
+    return flatten_observations(discrete_actions(e.factory(context or EnvContext(), **kwargs)), env_id)
 
 
 def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> gymnasium.Env:
     """A gymnasium env for any id: gymnax and brax envs are wrapped to step on the CPU, and a gymnasium
     env's observations that are not a ``Box`` are flattened to a float32 vector (Discrete
-    one-hot; see :mod:`jaxflow.envs.flatten`)."""
+    one-hot; see :mod:`jaxflow.envs.flatten`), its integer ``Box`` actions chosen as ``Discrete``
+    ones (:mod:`jaxflow.envs.integer_actions`)."""
     e = entry(env_id)
     _refuse_multiagent(e)
     if e.kind in JAX_KINDS:
@@ -166,7 +169,7 @@ def make_cpu(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> g
 
         env, params = e.factory(env_id, **kwargs)
         return GymnaxCPUEnv(env, params, env_id, seed=(context or EnvContext()).seed)
-    return flatten_observations(e.factory(context or EnvContext(), **kwargs), env_id)
+    return flatten_observations(discrete_actions(e.factory(context or EnvContext(), **kwargs)), env_id)
 
 
 def make_multiagent(env_id: str, context: EnvContext | None = None, **kwargs: Any) -> ParallelEnv:

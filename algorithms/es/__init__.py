@@ -66,6 +66,7 @@ __all__ = [
     "update",
 ]
 
-_HOOKS = RunHooks(program=SearchProgram)
+# Ray mode's workers step gymnasium envs; device mode runs gymnax envs (resolve_search_mode).
+_HOOKS = RunHooks(program=SearchProgram, program_kinds=("gymnasium", "gymnax"))
 ES = register_algorithm(AlgorithmSpec("ES", ESConfig, None, None, policy=search_policy, run=_HOOKS))
 ARS = register_algorithm(AlgorithmSpec("ARS", ARSConfig, None, None, policy=search_policy, run=_HOOKS))

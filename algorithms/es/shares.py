@@ -24,7 +24,7 @@ import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
-from jaxflow.dataflow.actors import worker_error
+from jaxflow.dataflow.actors import task_error
 from jaxflow.rollout.normalize import Moments
 from jaxflow.rollout.worker_set import WorkerCrashedError, WorkerSet
 
@@ -86,7 +86,7 @@ def _failures(
         try:
             done[s] = ray.get(reply)
         except RayTaskError as e:  # the worker's own code raised (an env's error): no retry helps
-            raise worker_error(f"rollout worker {i} raised {e.cause!r}", e.cause) from e.cause
+            raise task_error(f"rollout worker {i}", e) from e.cause
         except RayActorError as e:
             failed.append((s, i, e))
     now = time.monotonic()

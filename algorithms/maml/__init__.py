@@ -61,5 +61,12 @@ __all__ = [
 ]
 
 MAML = register_algorithm(
-    AlgorithmSpec("MAML", MAMLConfig, loss, plan, action_spaces=("Discrete",), run=RunHooks(program=MAMLProgram))
+    AlgorithmSpec(
+        "MAML",
+        MAMLConfig,
+        loss,
+        plan,
+        action_spaces=("Discrete",),
+        run=RunHooks(program=MAMLProgram, program_kinds=("tasks",)),  # task distributions only
+    )
 )

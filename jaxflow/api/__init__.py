@@ -24,6 +24,7 @@ _NAMES_BY_MODULE: dict[str, str] = {
     "jaxflow.api.spaces": "check_observation_space check_spaces env_spaces",
     "jaxflow.api.spec": "AlgorithmSpec LearnerHooks RunHooks WorkerHooks",
     "jaxflow.api.stops": "STOP_KEYS parse_stop should_stop",
+    "jaxflow.api.user_modules": "MissingNameError import_modules imported_modules",
     "jaxflow.api.writers": "ConsoleProgress JsonLinesWriter TensorBoardWriter",
 }
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from jaxflow.api.spaces import check_observation_space, check_spaces, env_spaces
     from jaxflow.api.spec import AlgorithmSpec, LearnerHooks, RunHooks, WorkerHooks
     from jaxflow.api.stops import STOP_KEYS, parse_stop, should_stop
+    from jaxflow.api.user_modules import MissingNameError, import_modules, imported_modules
     from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter
 
 
@@ -63,6 +65,7 @@ __all__ = [
     "ConsoleProgress",
     "JsonLinesWriter",
     "LearnerHooks",
+    "MissingNameError",
     "Program",
     "RayProgram",
     "RunHooks",
@@ -76,6 +79,8 @@ __all__ = [
     "env_spaces",
     "find_checkpoint",
     "get_algorithm",
+    "import_modules",
+    "imported_modules",
     "init_ray",
     "latest",
     "list_algorithms",

@@ -23,6 +23,7 @@ from jaxflow.api.ray_program import NormalizedState, RayProgram
 from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.restore import RestorePlan, plan_restore
 from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.api.user_modules import IMPORTS_KEY, imported_modules
 from jaxflow.config.names import make_config, replace_config
 from jaxflow.config.parsing import to_json_dict
 from jaxflow.networks.models import describe_module
@@ -52,8 +53,10 @@ class Algorithm:
         self.mode = resolve_mode(config, self.spec)
         self.program: Program = program or build_program(config, self.spec)
         self._results = self.program.results()
+        self._evaluation: PeriodicEvaluation | None = None  # evaluation during training
         if getattr(config, "evaluation_interval", 0):  # multi-agent configs have no such field
-            self._results = self._results.for_each(PeriodicEvaluation(self.program, config))
+            self._evaluation = PeriodicEvaluation(self.program, config)
+            self._results = self._results.for_each(self._evaluation)
         self.last_result: dict[str, Any] | None = None
         self._greedy: Any = None  # policy.greedy compiled on the first compute_actions
 
@@ -111,9 +114,17 @@ class Algorithm:
         self.last_result = next(self._results)
         return self.last_result
 
+    def finish_evaluations(self, result: dict[str, Any]) -> dict[str, Any]:
+        """``result``, the run's last, with the evaluations during training that are still
+        playing (Ray mode's evaluator plays behind training) waited for and added to it, so
+        that every due evaluation is reported; :func:`~jaxflow.api.loop.train` calls it before
+        it logs its last result."""
+        return result if self._evaluation is None else self._evaluation.finish(result)
+
     def save(self, directory: str) -> str:
         """Writes a checkpoint under ``directory``; returns its path."""
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
+        meta[IMPORTS_KEY] = imported_modules()  # the user's modules, imported again where it is restored
         recorded = getattr(self.program, "checkpoint_meta", None)  # a device-mode PBT run's best member
         meta.update(recorded() if recorded is not None else {})
         files = self.program.files
@@ -127,7 +138,8 @@ class Algorithm:
     @classmethod
     def restore(cls, path: str, **overrides: Any) -> Algorithm:
         """Rebuilds the run saved at ``path``: that checkpoint, or the newest one under a
-        directory of them that verifies (see :func:`~jaxflow.api.restore.plan_restore`).
+        directory of them that verifies (see :func:`~jaxflow.api.restore.plan_restore`), after
+        importing the user's modules the run imported (``--import``; :mod:`~jaxflow.api.user_modules`).
 
         ``overrides`` may change fields that do not change the learner's state,
         e.g. ``num_workers`` (flat or dotted names); others are refused before anything starts.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -10,12 +11,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from jaxflow.api.cli_args import import_modules, new_run, overrides, parse
+from jaxflow.api.cli_args import new_run, overrides, parse
 from jaxflow.api.cli_flags import MODES
 from jaxflow.api.interrupts import interruptible, starting_ray
-from jaxflow.api.logdir import claim_logdir
+from jaxflow.api.logdir import check_logdir
 from jaxflow.api.loggers import parse_loggers
-from jaxflow.api.stops import check_ahead, check_reported, parse_stop
+from jaxflow.api.stops import DEFAULT_STOP, DEFAULT_STOP_NOTE, check_ahead, check_reported, parse_stop
+from jaxflow.api.tracker_checks import check_trackers
 from jaxflow.api.user_errors import (
     check_address,
     check_evaluate,
@@ -24,6 +26,7 @@ from jaxflow.api.user_errors import (
     one_line,
     user_errors,
 )
+from jaxflow.api.user_modules import import_modules
 
 __all__ = ["MODES", "main"]
 
@@ -31,9 +34,11 @@ __all__ = ["MODES", "main"]
 def _train(args: argparse.Namespace) -> int:
     from jaxflow.api.loop import train
 
-    stop = parse_stop(args.stop) or {"training_iteration": 100.0}
+    stop = parse_stop(args.stop) or dict(DEFAULT_STOP)
     store, resume = _storage(args)
     algo, logdir = _resumed_run(args, resume, stop) if resume else _new_run(args, store, stop)
+    if not args.stop and not args.quiet:  # said once the run is checked and built, before it trains
+        print(DEFAULT_STOP_NOTE, flush=True)
     try:
         result = train(
             algo,
@@ -103,20 +108,23 @@ def _new_run(args: argparse.Namespace, store: Any, stop: dict[str, float]) -> tu
     )
     if store is not None:
         store.claim(args.overwrite)
-    claim_logdir(logdir, args.overwrite)  # a run there is refused (or replaced) before anything starts
+    check_logdir(logdir, args.overwrite)  # refused before anything starts; claimed (or replaced) once the run is built
     print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
     _start_ray(args, spec, config, mode)
     return Algorithm(config, spec), logdir
 
 
 def _start_ray(args: argparse.Namespace, spec: Any, config: Any, mode: str) -> None:
-    """Ray for a Ray-mode run that needs it, or joins the cluster ``--address`` names: a
-    plan's run with nothing outside this process (``num_workers=0``) runs without Ray."""
+    """Ray for a Ray-mode run that needs it: a local Ray of its own, or the cluster ``--address``
+    (else ``RAY_ADDRESS``) names, said in one line; a plan's run with nothing outside this
+    process (``num_workers=0``) runs without Ray."""
     from jaxflow.api.ray_program import init_ray, needs_ray
 
     if mode == "ray" and (args.address or spec.plan is None or needs_ray(config, spec)):
         with starting_ray():  # Ray's driver answers SIGTERM with a stack dump; jaxflow with one line
-            init_ray(args.address)
+            joined = init_ray(args.address)
+        if joined is not None and not args.quiet:
+            print(f"jaxflow: joined the Ray cluster at {joined}", flush=True)
 
 
 def _storage(args: argparse.Namespace) -> tuple[Any, str | None]:
@@ -233,31 +241,31 @@ def _plot(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace) -> int:
-    from jaxflow.api.listing import KINDS, print_listing
-    from jaxflow.api.registry import get_algorithm
+def _list(args: argparse.Namespace, own_process: bool) -> int:
+    from jaxflow.api.listing import list_command
 
-    if args.algo is not None:  # an unknown name would list no environment, as if none fitted it
-        get_algorithm(args.algo)
-    print_listing(tuple(args.kind) if args.kind else KINDS, args.algo, args.all)
-    return 0
+    return list_command(args, own_process)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``jaxflow`` command line (``argv``: the words after ``jaxflow``); returns its exit status."""
-    return interruptible(_command, sys.argv[1:] if argv is None else argv)  # Ctrl-C, SIGTERM: one line
+    """The ``jaxflow`` command line (``argv``: the words after ``jaxflow``; None: the process's own
+    command line, ``sys.argv``); returns its exit status."""
+    if argv is None:
+        return interruptible(functools.partial(_command, own_process=True), sys.argv[1:])  # Ctrl-C, SIGTERM: one line
+    return interruptible(_command, argv)
 
 
-def _command(argv: Sequence[str]) -> int:
-    """Runs the command ``argv`` names: its exit status; bad input and a run a divergence guard
-    stopped end in one line (status 2 and 1), other errors of jaxflow's own keep their traceback."""
+def _command(argv: Sequence[str], own_process: bool = False) -> int:
+    """Runs the command ``argv`` names: its exit status; bad input, and a run a divergence guard or
+    the user's own code stopped, end in one line (status 2 and 1), other errors of jaxflow's own
+    keep their traceback."""
     args = None
     try:
         args = parse(argv)
         import_modules(getattr(args, "imports", []))  # the user's envs and models, before anything is built
         if args.command == "train":
             check_train(args)
-            parse_loggers(args.logger)  # names checked before anything starts
+            check_trackers(parse_loggers(args.logger))  # names, packages, credentials, stores: before anything starts
             return _train(args)
         if args.command == "tune":
             if args.address is not None:
@@ -274,7 +282,7 @@ def _command(argv: Sequence[str]) -> int:
             return _export(args)
         if args.command == "plot":
             return _plot(args)
-        return _list(args)
+        return _list(args, own_process)
     except BrokenPipeError:  # `jaxflow list | head`: the reader left; nothing more to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
         return 0

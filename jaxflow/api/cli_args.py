@@ -1,13 +1,13 @@
 """The ``jaxflow`` command line's arguments: the parser (``train``'s and ``tune``'s flags in
 :mod:`jaxflow.api.cli_flags`), the config fields ``train``'s flags set, the user's modules
-(``--import``), and ``train --config FILE`` (read by :mod:`jaxflow.api.run_file`).
+(``--import``: imported by :mod:`jaxflow.api.user_modules`), and ``train --config FILE`` (read by
+:mod:`jaxflow.api.run_file`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,8 +22,9 @@ from jaxflow.config.fields import ConfigError
 DISTRIBUTION = "jaxflow-rl"
 """The name jaxflow is installed under (``pip install jaxflow-rl``)."""
 
-ENV_KINDS = ("gymnasium", "gymnax", "brax", "jaxlib", "multiagent")
-"""The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds)."""
+ENV_KINDS = ("gymnasium", "gymnax", "brax", "jaxlib", "multiagent", "tasks")
+"""The kinds of environment ``jaxflow list --kind`` takes (``jaxflow.envs``' registry kinds, and
+``tasks``: MAML's task distributions)."""
 
 MEMBER_HELP = (
     "of a device-mode run of several members (--num-seeds, --sweep), the one to play: N, or best (the "
@@ -111,6 +112,10 @@ def parser() -> argparse.ArgumentParser:
     ls.add_argument("--algo", help="only the environments this algorithm can train")
     ls.add_argument("--kind", action="append", choices=ENV_KINDS, help="only this kind of environment; repeatable")
     ls.add_argument("--all", action="store_true", help="every id, also those hidden by default, saying why")
+    ls.add_argument("--refresh", action="store_true", help="make the listing again, not read the cached one")
+    ls.add_argument(
+        "--fields", action="store_true", help="with --algo NAME: its config fields, their groups, defaults and meanings"
+    )
     for command in (t, tu, e, x, pl, ls):  # SUPPRESS: a subcommand's default must not reset a --debug given before it
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return p
@@ -180,30 +185,6 @@ def new_run(args: argparse.Namespace) -> tuple[Any, Any]:
         spec = get_algorithm(args.algo)
         return spec, with_overrides(spec.config_cls(), overrides(args))
     raise ConfigError("train needs --algo NAME, --multiagent FILE, --config FILE or --resume LOGDIR.")
-
-
-def import_modules(names: Sequence[str]) -> None:
-    """``--import``: each module imported, from the current directory or the installed packages,
-    and pickled by value so that Ray workers on any node get what it defines (an environment's
-    factory, a model) with the run, without the file."""
-    import importlib
-    import sys
-
-    from jaxflow.dataflow.actors import ship_module_by_value
-
-    if names and "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # as `python -m` does
-    for name in names:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is None or not name.startswith(e.name):
-                raise  # the user's module imports something missing: its own traceback
-            raise ConfigError(
-                f"--import {name}: no module named {e.name!r} in the current directory ({os.getcwd()}) "
-                "or the installed packages."
-            ) from None
-        ship_module_by_value(module)
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:

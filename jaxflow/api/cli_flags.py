@@ -15,10 +15,18 @@ import argparse
 
 from jaxflow.api.loggers import DEFAULT_LOGGERS, LOGGERS
 from jaxflow.api.retention import DEFAULT_KEEP
+from jaxflow.api.stops import DEFAULT_ITERATIONS
 from jaxflow.api.user_errors import int_at_least
 
 MODES = ("auto", "ray", "device")
 """``--mode``'s choices: Ray rollout workers, device mode, or whichever the env and algorithm allow."""
+
+
+ADDRESS_HELP = (
+    "the Ray cluster to join: HOST:PORT, ray://HOST:PORT, or auto (the one running on this machine); "
+    "default: the one $RAY_ADDRESS names, else a local Ray of the command's own"
+)
+"""``--address`` of train and tune."""
 
 
 def train_arguments(t: argparse.ArgumentParser) -> None:
@@ -47,7 +55,8 @@ def _algorithm_arguments(t: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="stop at the first condition met; repeatable (training_iteration, env_steps_sampled, "
-        "episode_return_mean, time_s, evaluation/episode_return_mean with --set evaluation_interval=N)",
+        "episode_return_mean, time_s, evaluation/episode_return_mean with --set evaluation_interval=N); "
+        f"train without it stops at training_iteration={DEFAULT_ITERATIONS}",
     )
     t.add_argument(
         "--set",
@@ -83,7 +92,7 @@ def tune_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--logdir", help="the experiment's directory (new or empty): trials, checkpoints, best_checkpoint.json"
     )
-    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
+    t.add_argument("--address", help=ADDRESS_HELP)
 
 
 def _run_directory_arguments(t: argparse.ArgumentParser) -> None:
@@ -157,8 +166,10 @@ def _output_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--logger",
         default=",".join(DEFAULT_LOGGERS),
-        help=f"where results go besides the console: a comma-separated list out of {', '.join(LOGGERS)} "
-        "(wandb and mlflow need their extras: pip install 'jaxflow-rl[wandb]')",
+        help=f"where results go besides the console: a comma-separated list out of {', '.join(LOGGERS)}; "
+        "progress.jsonl (what `jaxflow plot` reads) is written whatever the list (wandb and mlflow need their "
+        "extras: pip install 'jaxflow-rl[wandb]', and are checked before the run starts: W&B online needs "
+        "`wandb login` or WANDB_API_KEY, else WANDB_MODE=offline)",
     )
-    t.add_argument("--address", help="address of an existing Ray cluster (default: start a local Ray)")
+    t.add_argument("--address", help=ADDRESS_HELP)
     t.add_argument("--quiet", action="store_true", help="no progress output")

@@ -1,6 +1,8 @@
 """A training run that fails: its traceback kept in the run's ``error.log``, and a divergence
 guard's stop (:class:`~jaxflow.rollout.guards.DivergenceError`: a NaN or infinite value from an
-env, a policy or an update) told to a ``jaxflow train`` user in one line.
+env, a policy or an update) or an error raised in the user's own code (an env's bug, in this
+process or in a Ray worker) told to a ``jaxflow train`` user in one line, which names the file
+and line of the user's code (:func:`~jaxflow.dataflow.errors.user_frame`).
 
 A guard's error may reach the driver wrapped (a Ray worker's in a ``WorkerError``, a learner
 thread's in a ``LearnerThreadError``); the wrappers are instances of the guard's type too
@@ -21,11 +23,12 @@ if TYPE_CHECKING:
     from jaxflow.rollout.guards import DivergenceError
 
 RUN_FAILURE_STATUS = 1
-"""``jaxflow train``'s exit status for a run stopped by a divergence guard (2 is bad input's)."""
+"""``jaxflow train``'s exit status for a run stopped by a divergence guard or the user's code (2 is bad input's)."""
 
 
 class RunFailure(Exception):
-    """A run stopped by a divergence guard, in one line for the command line (its cause the guard's error)."""
+    """A run stopped by a divergence guard or by an error in the user's code, in one line for
+    the command line (its cause the error)."""
 
 
 def record_failure(logdir: str, error: BaseException, iteration: int) -> str:
@@ -60,19 +63,50 @@ def guard_error(error: BaseException) -> DivergenceError | None:
 
 def run_failure(error: BaseException, what: str, logdir: str) -> RunFailure | None:
     """The one-line :class:`RunFailure` for a run (``what``: its algorithm and env) that ``error``
-    ended, where a divergence guard did; its full traceback is in ``logdir``'s ``error.log``."""
+    ended, where a divergence guard did, or the user's code raised it (an env's bug: its file and
+    line named); its full traceback is in ``logdir``'s ``error.log``. None for jaxflow's own errors."""
     guard = guard_error(error)
-    if guard is None:
-        return None
-    message = " ".join(str(guard).split())
+    if guard is not None:
+        message, kind = " ".join(str(guard).split()), type(guard).__name__
+    else:
+        found = _raised_by_user(error)
+        if found is None:
+            return None
+        message, kind = found
     log = os.path.join(logdir, ERROR_LOG)
     where = f"the traceback is in {log}" if os.path.exists(log) else "no error.log could be written"
-    return RunFailure(f"{what} stopped: {message} ({type(guard).__name__}; {where})")
+    return RunFailure(f"{what} stopped: {message} ({kind}; {where})")
+
+
+def _raised_by_user(error: BaseException) -> tuple[str, str] | None:
+    """``(message, type name)`` of an error raised in the user's code, the message naming the
+    code's file and line (a Ray worker's error names them already); None where jaxflow raised it."""
+    from jaxflow.dataflow.errors import location, user_frame
+
+    frame = user_frame(error)
+    if frame is None:
+        return None
+    message = " ".join((str(error).strip().splitlines() or [type(error).__name__])[0].split())
+    at = location(frame)
+    return (message if at in message else f"{message} at {at}"), _innermost(error).__name__
+
+
+def _innermost(error: BaseException) -> type[BaseException]:
+    """The type of the innermost error in ``error``'s chain of causes (an actor's traceback aside)."""
+    from jaxflow.dataflow.errors import RemoteTraceback
+
+    seen: set[int] = set()
+    while isinstance(error.__cause__, BaseException) and not isinstance(error.__cause__, RemoteTraceback):
+        if id(error) in seen:
+            break
+        seen.add(id(error))
+        error = error.__cause__
+    return type(error)
 
 
 def raise_run_failure(error: Exception, algo: Any, logdir: str) -> None:
     """Raises the :func:`run_failure` of ``algo``'s run (from ``error``) where a divergence guard
-    stopped it; returns otherwise."""
+    or the user's code stopped it; returns otherwise."""
     failure = run_failure(error, f"{algo.spec.name} on {getattr(algo.config, 'env', '?')!r}", logdir)
     if failure is not None:
         raise failure from error

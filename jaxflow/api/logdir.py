@@ -5,11 +5,13 @@ takes a directory that does not exist or is empty, and replaces a run only when 
 only where jaxflow recognises the run as its own (:func:`is_jaxflow_run`), removing only
 that run's files (the rule of :mod:`jaxflow.api.outputs`). A run resumed from a checkpoint
 at iteration N trains iterations N+1, ... again, so :func:`truncate_progress` drops the
-rows it is about to write again.
+rows it is about to write again. A run that fails before its first iteration leaves nothing
+behind (:class:`NewRunFiles`): only what it wrote is removed, and the logdir where it created it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -99,17 +101,69 @@ def claim_logdir(logdir: str, overwrite: bool = False) -> None:
     """
     claim_output(logdir, RUN, overwrite)
     for name in run_files(logdir):  # only a jaxflow run's, after the claim: nothing else is removed
-        path = os.path.join(logdir, name)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        else:
-            os.remove(path)
+        _remove(os.path.join(logdir, name))
     try:
         os.makedirs(logdir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"logdir {logdir!r} cannot be created ({e.strerror or e}).") from e
     if not os.access(logdir, os.W_OK):
         raise ConfigError(f"logdir {logdir!r} is not writable.")
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
+
+
+def check_logdir(logdir: str, overwrite: bool = False) -> None:
+    """Raises the :class:`ConfigError` :func:`claim_logdir` would, changing nothing: for a
+    command to refuse a logdir before anything starts, and claim it once its run is built."""
+    claim_output(logdir, RUN, overwrite)  # a new path's nearest existing folder is checked writable too
+    if os.path.isdir(logdir) and not os.access(logdir, os.W_OK):
+        raise ConfigError(f"logdir {logdir!r} is not writable.")
+
+
+def missing_from(path: str) -> str | None:
+    """The topmost folder of ``path`` (as an absolute path) that does not exist yet, the one
+    creating ``path`` would create first; None where ``path`` exists."""
+    path = os.path.abspath(path)
+    if os.path.lexists(path):
+        return None
+    while not os.path.lexists(os.path.dirname(path)):
+        path = os.path.dirname(path)
+    return path
+
+
+class NewRunFiles:
+    """What a run writes into its logdir from now on, taken back by :meth:`remove` where the
+    run fails before its first iteration, so the same command can start it again.
+
+    ``created``: the topmost folder of the logdir that this run created (:func:`missing_from`,
+    before the logdir was claimed), or None where the logdir was there already.
+    """
+
+    def __init__(self, logdir: str, created: str | None) -> None:
+        self.logdir, self.created = logdir, created
+        self.before = set(os.listdir(logdir))
+
+    def remove(self) -> list[str]:
+        """Removes the run files (:func:`run_files`) that were not in the logdir when this was
+        made, then the folders this run created, each only where nothing is left in it; nothing
+        else (not a file that was there, nor one of another name). Returns the names removed."""
+        new = [name for name in run_files(self.logdir) if name not in self.before]
+        for name in new:
+            with contextlib.suppress(OSError):  # the run's own failure matters more than a file left over
+                _remove(os.path.join(self.logdir, name))
+        folder = os.path.abspath(self.logdir)
+        with contextlib.suppress(OSError):  # as above
+            while self.created is not None and os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)
+                if folder == self.created:
+                    break
+                folder = os.path.dirname(folder)
+        return new
 
 
 def truncate_progress(logdir: str, iteration: int) -> int:

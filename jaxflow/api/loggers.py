@@ -13,7 +13,9 @@ import os
 import time
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jaxflow.api.writers import _scalars
 from jaxflow.config.constants import ENV_STEPS_SAMPLED
@@ -48,13 +50,31 @@ def _flat_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _require(module: str, extra: str) -> Any:
+def tracker_module(module: str, extra: str) -> Any:
+    """The tracker's package ``module``, imported; a :class:`ConfigError` naming the extra that installs it if absent."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError:
         raise ConfigError(f"--logger {extra} needs the {module} package: pip install 'jaxflow-rl[{extra}]'.") from None
+
+
+def quiet_wandb() -> Any:
+    """wandb, imported with its console output off (``WANDB_SILENT``, unless set): set before
+    W&B first reads its settings, which it keeps for the process."""
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return tracker_module("wandb", "wandb")
+
+
+def tracking_uri(logdir: str) -> str:
+    """Where an MLflow run goes: ``MLFLOW_TRACKING_URI`` if set, else the file store ``logdir/mlruns``."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or Path(os.path.abspath(logdir), MLFLOW_STORE).as_uri()
+
+
+def is_file_store(uri: str) -> bool:
+    """True for an MLflow tracking URI naming a local folder (``file:`` or a plain path)."""
+    return urlsplit(uri).scheme in ("", "file")
 
 
 class WandbWriter:
@@ -66,8 +86,7 @@ class WandbWriter:
     """
 
     def __init__(self, logdir: str, config: Mapping[str, Any], mode: str | None = None, project: str = "jaxflow"):
-        wandb = _require("wandb", "wandb")
-        os.environ.setdefault("WANDB_SILENT", "true")
+        wandb = quiet_wandb()
         self._wandb = wandb
         with warnings.catch_warnings():
             # wandb.init starts W&B's service process: a fork that execs at once, not what JAX's warning means.
@@ -84,6 +103,16 @@ class WandbWriter:
             mode=mode or os.environ.get("WANDB_MODE", "online"),
             reinit="create_new",
         )
+
+    @property
+    def where(self) -> str:
+        """Where the run writes, for the line :func:`~jaxflow.api.loop.train` prints."""
+        if self.run.disabled:
+            return "W&B run disabled (WANDB_MODE=disabled): nothing is sent"
+        if self.run.offline:  # run.dir is the run's folder's files/
+            folder = os.path.dirname(self.run.dir)
+            return f"W&B run offline in {folder} (`wandb sync {folder}` uploads it)"
+        return f"W&B run at {self.run.url}"
 
     def write(self, result: Mapping[str, Any]) -> None:
         self.run.log(_scalars(result), step=_step(result))
@@ -103,19 +132,19 @@ class WandbWriter:
 class MLflowWriter:
     """An MLflow run in experiment ``jaxflow``: the config as parameters (dotted names), the
     results as metrics, config.json and checkpoints as artifacts. The tracking store is
-    ``MLFLOW_TRACKING_URI`` if set, else a local file store ``logdir/mlruns``.
+    :func:`tracking_uri`: ``MLFLOW_TRACKING_URI`` if set, else a local file store ``logdir/mlruns``.
 
     Example:
         >>> writer = MLflowWriter("runs/ppo", {"algorithm": "PPO", "config": {...}})  # doctest: +SKIP
     """
 
     def __init__(self, logdir: str, config: Mapping[str, Any], experiment: str = "jaxflow"):
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or "file://" + os.path.join(os.path.abspath(logdir), MLFLOW_STORE)
-        if uri.startswith("file://"):
+        self.uri = tracking_uri(logdir)
+        if is_file_store(self.uri):
             # MLflow keeps its file store (what the issue's local runs need) behind this switch.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        mlflow = _require("mlflow", "mlflow")
-        self._client = mlflow.tracking.MlflowClient(uri)
+        mlflow = tracker_module("mlflow", "mlflow")
+        self._client = mlflow.tracking.MlflowClient(self.uri)
         found = self._client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found else self._client.create_experiment(experiment)
         self.run_id = self._client.create_run(
@@ -124,7 +153,12 @@ class MLflowWriter:
         params = [mlflow.entities.Param(k, str(v)) for k, v in _flat_config(config).items()]
         self._client.log_batch(self.run_id, params=params)
         self._metric = mlflow.entities.Metric
-        self._logdir = logdir
+        self._logdir, self._experiment = logdir, experiment
+
+    @property
+    def where(self) -> str:
+        """Where the run writes, for the line :func:`~jaxflow.api.loop.train` prints."""
+        return f"MLflow run {self.run_id} (experiment {self._experiment}) at {self.uri}"
 
     def write(self, result: Mapping[str, Any]) -> None:
         now, step = int(time.time() * 1000), _step(result)

@@ -12,12 +12,14 @@ from typing import Any
 from jaxflow.api import checkpoint, interrupts
 from jaxflow.api.algorithm import Algorithm
 from jaxflow.api.failures import record_failure
-from jaxflow.api.logdir import CONFIG, claim_logdir, truncate_progress
+from jaxflow.api.logdir import CONFIG, NewRunFiles, claim_logdir, missing_from, truncate_progress
 from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
 from jaxflow.api.retention import DEFAULT_KEEP, prune_checkpoints
 from jaxflow.api.stops import STOP_KEYS, check_stop, parse_stop, should_stop
 from jaxflow.api.storage import Storage
+from jaxflow.api.tracker_checks import check_trackers, starting
 from jaxflow.api.user_errors import one_line
+from jaxflow.api.user_modules import IMPORTS_KEY, imported_modules
 from jaxflow.api.writers import ConsoleProgress, JsonLinesWriter, TensorBoardWriter, tensorboard_step
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import to_json_dict
@@ -44,7 +46,9 @@ def train(
     ``overwrite`` replaces that run's files (a new run's option only). A restored run (iteration N > 0) continues the
     logs there: rows of ``progress.jsonl`` past N are dropped and TensorBoard purges the steps
     after the checkpoint's, so every iteration and step is logged once. ``loggers`` (out of
-    :data:`~jaxflow.api.loggers.LOGGERS`) choose where results go besides the console. After
+    :data:`~jaxflow.api.loggers.LOGGERS`, checked before ``logdir`` is touched:
+    :func:`~jaxflow.api.tracker_checks.check_trackers`) choose where results go besides the
+    console and ``progress.jsonl``, which is always written. After
     each save only the newest ``keep_checkpoints`` checkpoints and the best one stay (0: all;
     see :mod:`~jaxflow.api.retention`). ``storage`` (a URI or a :class:`~jaxflow.api.storage.Storage`)
     receives a copy of ``logdir``'s run after every checkpoint and at the end; a new run
@@ -53,13 +57,14 @@ def train(
     Called in the main thread, a SIGINT (Ctrl-C) or SIGTERM lets the iteration in flight finish,
     saves it, closes the writers and raises :class:`~jaxflow.api.interrupts.TrainingInterrupted`
     (a ``KeyboardInterrupt``) naming the checkpoint; a second signal stops at once, unsaved
-    (:mod:`~jaxflow.api.interrupts`). A failure's traceback is appended to ``logdir``'s ``error.log``.
+    (:mod:`~jaxflow.api.interrupts`). A failure's traceback is appended to ``logdir``'s ``error.log``;
+    a failure before the first iteration starts (opening the writers) leaves nothing in ``logdir``.
     """
     loggers = _checked_arguments(stop, loggers, checkpoint_every, keep_checkpoints, storage, logdir)
     store = Storage(storage) if isinstance(storage, str) else storage
     if store is not None and algo.iteration == 0:
         store.claim(overwrite)  # before the local logdir is touched: a refused run changes nothing
-    writers: list[Any] = _log_writers(algo, logdir, overwrite, loggers) if logdir else []
+    writers: list[Any] = _open_writers(algo, logdir, overwrite, loggers, verbose) if logdir else []
     if verbose:
         writers.append(ConsoleProgress(stop))
     run = _Run(algo, logdir, writers, keep_checkpoints, store)
@@ -103,11 +108,13 @@ class _Run:
         while caught.signum is None:
             self.in_flight = True
             result = self.algo.train()
+            self.finished = should_stop(result, stop)
+            if self.finished or caught.signum is not None:  # the last result: evaluations still playing reported
+                result = self.algo.finish_evaluations(result)
             self.in_flight = False
             for w in self.writers:
                 w.write(result)
-            if should_stop(result, stop):
-                self.finished = True
+            if self.finished:
                 break
             due = every and result["training_iteration"] // every > self.saved_at // every
             if self.logdir and due and caught.signum is None:  # once caught, the save after the loop
@@ -184,6 +191,8 @@ def _checked_arguments(
         raise ConfigError(f"keep_checkpoints must be an int >= 0 (0: all), got {keep_checkpoints!r}.")
     if storage is not None and not logdir:
         raise ConfigError("train(storage=...) copies a logdir there: give a logdir too.")
+    if logdir:  # the trackers write only a run with a logdir
+        check_trackers(parsed)
     return parsed
 
 
@@ -199,9 +208,28 @@ def _save(algo: Algorithm, logdir: str, writers: Sequence[Any], keep: int, store
     return path
 
 
-def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequence[str]) -> list[Any]:
-    """Claims ``logdir`` for a new run, or continues a restored run's logs there; writes
-    ``config.json`` and opens the ``loggers``' writers."""
+def _open_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequence[str], verbose: bool) -> list[Any]:
+    """The run's writers in ``logdir`` (claimed for a new run, continued for a restored one) and,
+    where ``verbose``, a line for each tracker saying where it writes. A failure here, before
+    the first iteration, takes back what the run wrote in ``logdir``, and ``logdir`` itself where
+    the run created it (:class:`~jaxflow.api.logdir.NewRunFiles`), so the same run can start again."""
+    created = missing_from(logdir)
+    purge_step = _claim(algo, logdir, overwrite)
+    written = NewRunFiles(logdir, created)
+    try:
+        writers = _log_writers(algo, logdir, loggers, purge_step)
+    except BaseException:
+        written.remove()
+        raise
+    for w in writers if verbose else ():
+        if hasattr(w, "where"):  # the trackers: a W&B run's URL or folder, an MLflow run's store and id
+            print(f"jaxflow: {w.where}", flush=True)
+    return writers
+
+
+def _claim(algo: Algorithm, logdir: str, overwrite: bool) -> int | None:
+    """Claims ``logdir`` for a new run, or continues a restored run's logs there; returns the
+    TensorBoard step to purge from (a restored run's), else None."""
     purge_step = None
     if algo.iteration and overwrite:  # its checkpoints may be the ones overwrite would remove
         raise ConfigError(
@@ -215,13 +243,19 @@ def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequenc
         truncate_progress(logdir, algo.iteration)
         # The restored step was written before the checkpoint; the next result's is later.
         purge_step = tensorboard_step(algo.context.counters) + 1
+    return purge_step
+
+
+def _log_writers(algo: Algorithm, logdir: str, loggers: Sequence[str], purge_step: int | None) -> list[Any]:
+    """Writes ``config.json`` and opens the writers: progress.jsonl's always (what ``jaxflow plot``
+    reads), then the other ``loggers``' in order; those opened are closed if a later one fails."""
     removed = checkpoint.remove_unfinished(logdir)  # no save of this logdir is under way before its run starts
     if removed:
         print(
             f"jaxflow: removed {len(removed)} unfinished checkpoint save(s) in {logdir}: {', '.join(removed)}",
             file=sys.stderr,
         )
-    saved = {"algorithm": algo.spec.name, "config": to_json_dict(algo.config)}
+    saved = {"algorithm": algo.spec.name, "config": to_json_dict(algo.config), IMPORTS_KEY: imported_modules()}
     with open(os.path.join(logdir, CONFIG), "w", encoding="utf-8") as f:
         json.dump(saved, f, indent=1)
     make = {
@@ -230,4 +264,13 @@ def _log_writers(algo: Algorithm, logdir: str, overwrite: bool, loggers: Sequenc
         "wandb": lambda: WandbWriter(logdir, saved),
         "mlflow": lambda: MLflowWriter(logdir, saved),
     }
-    return [make[name]() for name in loggers]
+    writers: list[Any] = []
+    try:
+        for name in dict.fromkeys(("jsonl", *loggers)):
+            with starting(name):  # a tracker's failure: one line naming it
+                writers.append(make[name]())
+    except BaseException:
+        for w in writers:
+            w.close()
+        raise
+    return writers

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -225,6 +226,12 @@ def learner_placement(config: Any) -> Placement:
     return Placement(num_cpus=config.num_cpus_per_learner, strategy=config.rollout.placement_strategy)
 
 
+RAY_ADDRESS_VARIABLE = "RAY_ADDRESS"
+"""The environment variable naming a Ray cluster to join (Ray's own); ``init_ray``'s ``address`` comes first."""
+OWN_RAY = "local"
+"""``ray.init``'s address for a new local Ray of this process's own."""
+
+
 def needs_ray(config: Any, spec: AlgorithmSpec) -> bool:
     """Whether a run of ``spec``'s plan has anything outside the driver's process: rollout
     workers, a learner group, replay shard actors or an evaluation actor. A run with none of
@@ -237,8 +244,12 @@ def needs_ray(config: Any, spec: AlgorithmSpec) -> bool:
     )
 
 
-def init_ray(address: str | None = None) -> None:
-    """Starts an embedded local Ray, or connects to ``address`` (a Ray cluster)."""
+def init_ray(address: str | None = None) -> str | None:
+    """Starts Ray in this process, unless it is up: joins the cluster ``address`` names (``auto``:
+    the one ``RAY_ADDRESS`` names, else the one running on this machine), else the one the
+    ``RAY_ADDRESS`` environment variable names, else starts a local Ray of its own, never one
+    found running on the machine (which Ray's own ``init()`` would join). Returns the cluster it
+    joined (its address, nodes and CPUs, in words); None where it started its own, or Ray was up."""
     import ray
 
     # Ray starts its processes with subprocess (fork, then exec at once), and JAX's at-fork
@@ -246,5 +257,14 @@ def init_ray(address: str | None = None) -> None:
     # exec, so the warning is noise (it reached every notebook that started Ray).
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
     logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)  # "Missing packages: ipywidgets" in notebooks
-    if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING)
+    if ray.is_initialized():
+        return None
+    from_environment = os.environ.get(RAY_ADDRESS_VARIABLE) or None
+    chosen = (from_environment if address in (None, "auto") else address) or address or OWN_RAY
+    context = ray.init(address=chosen, include_dashboard=False, logging_level=logging.WARNING)
+    if chosen == OWN_RAY:
+        return None
+    joined = getattr(context, "address_info", {}).get("gcs_address") or chosen
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    source = f" ({RAY_ADDRESS_VARIABLE})" if chosen == from_environment else ""
+    return f"{joined}{source}: {nodes} node{'s' if nodes != 1 else ''}, {ray.cluster_resources().get('CPU', 0):g} CPUs"

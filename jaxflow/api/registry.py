@@ -11,10 +11,13 @@ from __future__ import annotations
 import difflib
 import functools
 from importlib import metadata
+from typing import TYPE_CHECKING
 
-from jaxflow.api.spec import AlgorithmSpec
 from jaxflow.config.common import CommonConfig
 from jaxflow.config.fields import ConfigError
+
+if TYPE_CHECKING:  # the spec module imports JAX; `jaxflow list` names algorithms from its cache without it
+    from jaxflow.api.spec import AlgorithmSpec
 
 ENTRY_POINT_GROUP = "jaxflow.algorithms"
 """Entry points ``NAME = "module:SPEC"`` of every installed algorithm."""
@@ -60,11 +63,16 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     """The registered algorithm called ``name`` (case-insensitive)."""
     spec = _load(name.upper())
     if spec is None:
-        known = list(_load_all())
-        close = difflib.get_close_matches(name.upper(), known, n=3, cutoff=0.4)
-        hint = f" Did you mean {close}?" if close else ""
-        raise ConfigError(f"Unknown algorithm {name!r}.{hint} Available: {', '.join(list_algorithms())}.")
+        raise unknown_algorithm(name, list(_load_all()), list_algorithms())
     return spec
+
+
+def unknown_algorithm(name: str, known: list[str], available: list[str]) -> ConfigError:
+    """The error for ``name``, no algorithm: the closest of ``known`` (upper-case names) and every
+    one of ``available`` (those ``--algo`` takes)."""
+    close = difflib.get_close_matches(name.upper(), known, n=3, cutoff=0.4)
+    hint = f" Did you mean {close}?" if close else ""
+    return ConfigError(f"Unknown algorithm {name!r}.{hint} Available: {', '.join(available)}.")
 
 
 def spec_of(config: object) -> AlgorithmSpec:

@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from jaxflow.api import checkpoint, checkpoint_state
+from jaxflow.api import checkpoint, checkpoint_state, user_modules
 from jaxflow.api.program import resolve_mode
 from jaxflow.api.ray_program import NormalizedState, build_learner
 from jaxflow.api.registry import get_algorithm
@@ -70,17 +70,24 @@ def plan_restore(
     ``from_strings``) applied. Raises :class:`~jaxflow.api.checkpoint.CheckpointError` (one
     line) when none fits, or when the overrides would change the state's shapes. A storage
     URI's run (or checkpoint) is first pulled into a local cache (:func:`~jaxflow.api.storage.local_copy`).
+    The user's modules the run imported are imported first (:mod:`~jaxflow.api.user_modules`); an env
+    or model its config names that is unknown here raises a one-line
+    :class:`~jaxflow.api.user_modules.MissingNameError` naming it and any of those modules missing.
     Newer checkpoints it skips are logged as warnings unless not ``warn`` (the plan's ``skipped`` lists them)."""
     path = local_copy(path)
     templates: dict[str, Template | None] = {}
 
     def fits(ckpt: str, meta: dict[str, Any]) -> None:
         spec = get_algorithm(meta["algorithm"])
+        missing = user_modules.import_remembered(user_modules.remembered(ckpt, meta))  # the run's envs and models
         template = None
         if spec.run.program is None:
+            config = from_json_dict(spec.config_cls, meta["config"])
             try:
-                template = state_template(from_json_dict(spec.config_cls, meta["config"]), spec)
+                template = state_template(config, spec)
             except (ConfigError, KeyError, ImportError, AttributeError) as e:  # KeyError: envs.UnknownEnvError
+                if user_modules.is_missing_name(e):  # an intact checkpoint: not skipped as one that does not verify
+                    raise user_modules.missing_name(ckpt, config, e, missing) from e
                 why = e.args[0] if isinstance(e, KeyError) and e.args else e  # a KeyError's str() is quoted
                 raise checkpoint.fail(ckpt, f"its {spec.name} config does not build: {why}") from e
             checkpoint_state.check_shapes(ckpt, template.state)

@@ -67,6 +67,10 @@ class RunHooks:
     """``program(config, spec, mode)`` builds the run as a :class:`~jaxflow.api.program.Program`
     for an algorithm whose loop is not "sample, then update" (MAML's inner and outer loops, a
     multi-agent run); None: :func:`~jaxflow.api.program.standard_program`."""
+    program_kinds: tuple[str, ...] = ()
+    """The kinds of environment a ``program`` trains, as ``jaxflow list`` shows them
+    (``jaxflow.envs``' kinds, e.g. ``"gymnasium"``, or ``"tasks"``: MAML's task distributions);
+    a standard program's follow from ``plan`` (gymnasium envs) and ``device`` (the JAX kinds)."""
     flow: Callable[..., list[tuple[Any, Any]]] | None = None
     """``flow(experiences, policy)`` trains one policy of a multi-agent run from a stream of
     its own fragments (see :mod:`jaxflow.ops.multiagent_ops`): its sub-flows, each with its

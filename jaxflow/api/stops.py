@@ -33,6 +33,16 @@ COUNTER_KEYS = ("training_iteration", "env_steps_sampled", "time_s")
 and a resumed run's bound at or below its own count after the next one."""
 WHOLE_KEYS = {"training_iteration": "iterations", "env_steps_sampled": "env steps"}
 """Counters of whole things, and what they count: their bounds are integers."""
+DEFAULT_ITERATIONS = 100
+"""The training iteration ``jaxflow train`` stops at where no ``--stop`` is given."""
+DEFAULT_STOP = {"training_iteration": float(DEFAULT_ITERATIONS)}
+"""``jaxflow train``'s stop condition where no ``--stop`` is given (any ``--stop`` replaces it)."""
+DEFAULT_STOP_NOTE = (
+    f"jaxflow: no --stop given: the run stops at training iteration {DEFAULT_ITERATIONS} (the default); "
+    "--stop KEY=VALUE stops it on another condition, e.g. --stop training_iteration=500 or "
+    "--stop episode_return_mean=450"
+)
+"""What ``jaxflow train`` says (unless ``--quiet``) when it stops on :data:`DEFAULT_STOP`."""
 
 
 def parse_stop(items: Sequence[str]) -> dict[str, float]:

@@ -76,10 +76,13 @@ class TensorBoardWriter:
         self._w = SummaryWriter(logdir, purge_step=purge_step, filename_suffix=f".{time.time_ns()}")
 
     def write(self, result: Mapping[str, Any]) -> None:
-        step = tensorboard_step(result)
-        for k, v in _scalars(result).items():
-            if math.isfinite(v):
-                self._w.add_scalar(k, v, step)
+        scalars = [(_scalars({k: v for k, v in result.items() if k != "evaluation"}), tensorboard_step(result))]
+        # Each evaluation during training at the step of the policy it played, however late it reports.
+        scalars += [(_scalars(e, "evaluation/"), tensorboard_step(e)) for e in result.get("evaluations", ())]
+        for values, step in scalars:
+            for k, v in values.items():
+                if math.isfinite(v):
+                    self._w.add_scalar(k, v, step)
         self._w.flush()
 
     def close(self) -> None:
@@ -118,6 +121,7 @@ class ConsoleProgress:
             total=total, unit=" steps" if self._key == "env_steps_sampled" else " it", disable=not self._tty
         )
         self._last = 0.0
+        self._evaluated = ""  # the newest evaluation, kept on the bar until a newer one reports
 
     def write(self, result: Mapping[str, Any]) -> None:
         ret = result.get("episode_return_mean", float("nan"))
@@ -125,14 +129,22 @@ class ConsoleProgress:
             f"iter {result['training_iteration']:>4d}  steps {result[ENV_STEPS_SAMPLED]:>9,d}  "
             f"return {ret:7.1f}  {result.get('env_steps_per_s', 0):>8,.0f} steps/s  {result['time_s']:6.1f}s"
         )
+        evaluated = [_evaluated(e) for e in result.get("evaluations", ())]
         if not self._tty:
-            print(line, flush=True)
+            print("  ".join([line, *evaluated]), flush=True)
             return
+        self._evaluated = evaluated[-1] if evaluated else self._evaluated
         if self._key:
             now = float(result[self._key])
             self._bar.update(now - self._last)
             self._last = now
-        self._bar.set_postfix_str(f"return {ret:.1f}, {result.get('env_steps_per_s', 0):,.0f} steps/s")
+        shown = f", {self._evaluated}" if self._evaluated else ""
+        self._bar.set_postfix_str(f"return {ret:.1f}, {result.get('env_steps_per_s', 0):,.0f} steps/s{shown}")
 
     def close(self) -> None:
         self._bar.close()
+
+
+def _evaluated(evaluation: Mapping[str, Any]) -> str:
+    """An evaluation during training on the console: its mean return and the iteration whose policy played."""
+    return f"eval {evaluation['episode_return_mean']:.1f} (iter {evaluation['training_iteration']})"

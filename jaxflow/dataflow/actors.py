@@ -16,7 +16,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from jaxflow.dataflow import xla_cache
 from jaxflow.dataflow.context import FlowContext
-from jaxflow.dataflow.errors import carrying
+from jaxflow.dataflow.errors import carrying, keep_remote_traceback, location, user_frame
 from jaxflow.dataflow.iterators import LocalIterator, _name, _Shared
 
 T = TypeVar("T")
@@ -59,6 +59,17 @@ class WorkerError(RuntimeError):
 def worker_error(message: str, cause: BaseException) -> WorkerError:
     """The :class:`WorkerError` for ``cause``, raised in an actor (raise it ``from cause``)."""
     return carrying(WorkerError, message, cause)
+
+
+def task_error(where: str, error: RayTaskError) -> WorkerError:
+    """The :class:`WorkerError` for the exception an actor's code raised (``where`` names the
+    actor; raise it ``from error.cause``): the exception gets the actor's traceback as its
+    cause (:func:`~jaxflow.dataflow.errors.keep_remote_traceback`), and the message names the
+    innermost frame of the user's code in it, where there is one (an env's bug: its file and line)."""
+    cause = error.cause
+    keep_remote_traceback(cause, str(error))
+    frame = user_frame(cause)
+    return worker_error(f"{where} raised {cause!r}" + (f" at {location(frame)}" if frame else ""), cause)
 
 
 def first_line(error: BaseException) -> str:
@@ -115,7 +126,7 @@ class ParallelIterator(Generic[T]):
                     except (RayActorError, GetTimeoutError) as e:
                         self.source.on_failure(i, e)
                     except RayTaskError as e:
-                        raise worker_error(f"{self.name}: actor {i} raised {e.cause!r}", e.cause) from e.cause
+                        raise task_error(f"{self.name}: actor {i}", e) from e.cause
                 if items:
                     yield items
 
@@ -159,7 +170,7 @@ class ParallelIterator(Generic[T]):
                     self.source.on_failure(i, e)
                     continue
                 except RayTaskError as e:
-                    raise worker_error(f"{self.name}: actor {i} raised {e.cause!r}", e.cause) from e.cause
+                    raise task_error(f"{self.name}: actor {i}", e) from e.cause
                 self.context.current_actor = (i, h)
                 yield item
 

@@ -52,6 +52,10 @@ _MODELS: dict[str, Callable[..., nn.Module]] = {}
 _MODULE_FIELDS_SKIPPED = ("parent", "name")  # flax's own fields of every module
 
 
+class UnknownModelError(ConfigError):
+    """A model name that nothing registered, or a ``module:Attr`` that cannot be imported."""
+
+
 def register_model(name: str, factory: Callable[..., nn.Module]) -> None:
     """Makes ``model=name`` build ``factory(num_outputs=D, **model_config)``."""
     _MODELS[name] = factory
@@ -79,7 +83,7 @@ def _resolve(name: str) -> Any:
     module_name, sep, attr = name.partition(":")
     if not sep:
         known = sorted(set(_MODELS) | set(eps))
-        raise ConfigError(
+        raise UnknownModelError(
             f"Unknown model {name!r}: register it with jaxflow.register_model, or name it as "
             f"'package.module:Class'. Registered: {', '.join(known) or 'none'}."
         )
@@ -87,7 +91,7 @@ def _resolve(name: str) -> Any:
         found = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:
         where = " (a class defined in a script or notebook is only known to the process that defined it)"
-        raise ConfigError(
+        raise UnknownModelError(
             f"Model {name!r} cannot be imported: {e}{where if module_name == '__main__' else ''}."
         ) from None
     return found

@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(args.search) or 'the fixed settings'}, scheduler {args.scheduler}, logdir {logdir}",
         flush=True,
     )
-    init_ray(args.address)
+    joined = init_ray(args.address)
+    if joined is not None:
+        print(f"jaxflow: joined the Ray cluster at {joined}", flush=True)
     check_trial_fits(placement_for(config, spec).required_resources)
     with _quiet_tune():
         results = tuner(

@@ -57,6 +57,9 @@ class JaxflowTrainable(tune.Trainable):
     def step(self) -> dict[str, Any]:
         result = dict(self.algo.train())
         result["pid"] = os.getpid()  # which process ran it (a restored trial runs in a new one)
+        # Tune reads the newest evaluation, `evaluation`; its TensorBoard logger would take the
+        # list of them for a histogram and warn.
+        result.pop("evaluations", None)
         return result
 
     def save(self, checkpoint_dir: str | None = None) -> Any:

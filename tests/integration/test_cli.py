@@ -226,9 +226,13 @@ def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
     assert run_files(str(run)) == sorted(set(os.listdir(run)) - {"notes.txt"})
     with pytest.raises(ConfigError, match="already holds a run"):
         claim_logdir(str(run))
-    # The CLI clears the logdir before Ray would start (no_ray stops it there).
+    # A run refused before it starts (no_ray stops it where Ray would start) changes nothing:
+    # --overwrite clears the old run's files once the new run is built, when train() claims the logdir.
+    before = sorted(os.listdir(run))
     with pytest.raises(AssertionError, match="Ray was started"):
         cli.main(["train", "--algo", "PPO", "--logdir", str(run), "--overwrite", "--quiet"])
+    assert sorted(os.listdir(run)) == before
+    claim_logdir(str(run), overwrite=True)
     assert os.listdir(run) == ["notes.txt"]
     # A folder of other files is no run: a new run is refused there, and --overwrite removes nothing of it.
     for overwrite in (False, True):
@@ -240,9 +244,9 @@ def test_overwrite_replaces_only_the_old_runs_files(no_ray, tmp_path):
 def test_list_names_algorithms_and_envs():
     """``jaxflow list`` as a user runs it: a fresh process (none of this session's registrations),
     its stdout and stderr whole (what libraries print from C included)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "jaxflow.api.cli", "list"], capture_output=True, text=True, timeout=LIST_TIMEOUT_S
-    )
+    env = {**os.environ, "JAXFLOW_LIST_CACHE": "off"}  # every env made, as the first listing does
+    argv = [sys.executable, "-m", "jaxflow.api.cli", "list"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=LIST_TIMEOUT_S, env=env)
     assert done.returncode == 0, done.stderr
     out, err = done.stdout, done.stderr
     assert (
@@ -261,8 +265,8 @@ def test_list_names_algorithms_and_envs():
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert "obs Box(4,) float32" in rows["CartPole-v1"] and "act Discrete(2)" in rows["CartPole-v1"]
     assert rows["CartPole-v1"].endswith(
-        "A2C A3C APEX APPO DQN IMPALA PPO R2D2 Rainbow"
-    )  # programs of their own (MAML, ES, ARS) are not listed per env
+        "A2C A3C APEX APPO ARS DDPPO DQN ES IMPALA PPO R2D2 Rainbow"
+    )  # programs of their own too (ES, ARS, DD-PPO; MAML on the task distributions)
     assert "act Box(1,) [-2, 2]" in rows["Pendulum-v1"] and " SAC TD3" in rows["Pendulum-v1"]
     assert "DQN" not in rows["Pendulum-v1"] and "A3C" not in rows["gymnax/Pendulum-v1"]  # no device mode
     assert "obs Box(4, 84, 84) uint8" in rows["ALE/<Game>-v5"] and "ALE/Pong-v5" not in rows  # one line for all
@@ -281,7 +285,7 @@ def test_list_filters_by_algorithm_and_kind_and_all_says_why(capsys):
     out = capsys.readouterr().out
     assert "gymnax/Pendulum-v1" in out and "gymnax/CartPole-v1" not in out and "CartPole-v1 " not in out
     assert "brax/" not in out and "multiagent/" not in out
-    from jaxflow.api.listing import _hidden_reason
+    from jaxflow.api.listing_probe import _hidden_reason
 
     ids = ["CartPole-v0", "CartPole-v1", "Pong-v4", "ALE/Pong-v5", "Taxi-v4"]
     assert [_hidden_reason(i, ids) for i in ids] == [

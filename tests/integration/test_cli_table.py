@@ -160,6 +160,9 @@ CASES = [
     (["list", "--algo", "NOPE"], "Unknown algorithm 'NOPE'."),
     (["list", "--algo", "PP0"], "Unknown algorithm 'PP0'. Did you mean ['PPO'"),
     (["list", "--algo", "NOPE"], "Available: A2C, A3C, APEX"),
+    (["list", "--fields"], "list --fields needs --algo NAME"),
+    (["list", "--algo", "PPX", "--fields"], "Unknown algorithm 'PPX'. Did you mean ['PPO'"),
+    (["list", "--algo", "PPO", "--fields", "--kind", "gymnax"], "list --fields shows one algorithm's settings"),
     # Counts of the command line's own.
     ([*PPO, "--keep-checkpoints", "-1"], "--keep-checkpoints: must be an integer >= 0, got '-1'"),
     (["tune", "--algo", "PPO", "--num-samples", "0"], "--num-samples: must be an integer >= 1, got '0'"),

@@ -3,13 +3,18 @@ iterations, apart from training (its counters and, in device mode, its numbers b
 
 from __future__ import annotations
 
+import json
+import re
+
 import jax
 import numpy as np
 
 from jaxflow import Algorithm
+from jaxflow.api.loop import train
 from jaxflow.rollout.evaluation import EVALUATION_BATCH, compiled_greedy, evaluate_policy
 
 DEVICE = dict(env="gymnax/CartPole-v1", num_envs=8, iterations_per_call=2, seed=4)
+SMALL_PPO = dict(env="CartPole-v1", num_workers=0, train_batch_size=128, minibatch_size=64, num_epochs=1, seed=2)
 
 
 def test_device_mode_evaluates_on_the_interval_and_leaves_training_alone():
@@ -27,7 +32,9 @@ def test_device_mode_evaluates_on_the_interval_and_leaves_training_alone():
     # training's counters, metrics and parameters are those of the run without evaluation
     for r, p in zip(results, plain_results):
         assert {
-            k: v for k, v in r.items() if k not in ("evaluation", "time_s", "time_this_iter_s", "env_steps_per_s")
+            k: v
+            for k, v in r.items()
+            if k not in ("evaluation", "evaluations", "time_s", "time_this_iter_s", "env_steps_per_s")
         } == {k: v for k, v in p.items() if k not in ("time_s", "time_this_iter_s", "env_steps_per_s")}
     jax.tree.map(np.testing.assert_array_equal, evaluated.program.get_weights(), plain.program.get_weights())
 
@@ -69,3 +76,41 @@ def test_host_evaluation_plays_its_episodes_side_by_side_as_it_would_one_by_one(
     assert together["returns"] == [a["returns"][0] for a in alone]
     assert together["lengths"] == [a["lengths"][0] for a in alone] == [int(r) for r in together["returns"]]
     assert len(set(together["lengths"])) > 3  # the episodes differ, so a mix-up would show
+
+
+def test_every_due_evaluation_is_reported_once_in_order_by_the_end_of_the_run(ray_local, tmp_path, capsys):
+    """Ray mode's evaluator actor plays behind training (its start alone outlasts these six
+    short iterations); each due evaluation is still reported once, in order, with the first
+    row after it finished, the run's last row waiting for those still playing."""
+    algo = Algorithm.build("PPO", evaluation_interval=2, evaluation_episodes=2, **SMALL_PPO)
+    try:
+        train(algo, {"training_iteration": 6}, str(tmp_path), loggers=("jsonl",))
+    finally:
+        algo.stop()
+    with open(tmp_path / "progress.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
+    assert [r["training_iteration"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    reported = [(r["training_iteration"], e) for r in rows for e in r.get("evaluations", [])]
+    assert [e["training_iteration"] for _, e in reported] == [2, 4, 6]
+    steps = {r["training_iteration"]: r["env_steps_sampled"] for r in rows}
+    for at, e in reported:  # the policy it played is named, and reported no earlier than it was due
+        assert e["env_steps_sampled"] == steps[e["training_iteration"]] and at >= e["training_iteration"]
+        assert e["episodes"] == 2 and 8 <= e["episode_return_mean"] <= 500
+    assert all(r["evaluation"] == r["evaluations"][-1] for r in rows if "evaluations" in r)
+    assert rows[-1]["evaluation"]["training_iteration"] == 6  # the last one waited for
+    # the console line of each row shows the evaluations it reports
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter ")]
+    shown = [[int(i) for i in re.findall(r"eval -?[\d.]+ \(iter (\d+)\)", line)] for line in lines]
+    assert shown == [[e["training_iteration"] for e in r.get("evaluations", [])] for r in rows]
+
+
+def test_a_restored_run_evaluates_on_its_interval_from_where_it_left_off(tmp_path):
+    """A run restored at iteration 5 with an interval of 4 evaluates at 8, not on its first result."""
+    fields = dict(DEVICE, iterations_per_call=1, evaluation_interval=4, evaluation_episodes=2)
+    algo = Algorithm.build("PPO", **fields)
+    first = [algo.train() for _ in range(5)]
+    path = algo.save(str(tmp_path))
+    restored = Algorithm.restore(path)
+    later = [restored.train() for _ in range(3)]
+    evaluated = [e["training_iteration"] for r in first + later for e in r.get("evaluations", [])]
+    assert [r["training_iteration"] for r in later] == [6, 7, 8] and evaluated == [4, 8]

@@ -19,6 +19,7 @@ import jaxflow.api.ray_program
 from jaxflow.api import checkpoint, cli, manifest
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.restore import plan_restore, state_template
+from jaxflow.api.user_modules import MissingNameError
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.names import make_config
 from jaxflow.config.parsing import to_json_dict
@@ -188,7 +189,7 @@ CASES: dict[str, tuple[str, Callable[[str], None], str]] = {
     "config value of the wrong type": ("good", _config(seed="zero"), "its DQN config does not parse: DQNConfig.seed must be int"),
     "config asking for a window": ("good", _config(env_config={"render_mode": "human"}), "env_config sets 'render_mode', which is the user's to choose, not a file's"),
     "config with an unknown env option": ("good", _config(env_config={"sutton_barto": True}), "CartPole-v1: its config key 'sutton_barto' is not an option of this environment"),
-    "config with an unknown env": ("good", _config(env="NoSuchEnv-v0"), "its DQN config does not build: Unknown environment 'NoSuchEnv-v0'"),
+    "imports not module names": ("good", _meta(imports=["os; rm"]), "meta.json's imports is ['os; rm'], not a list of module names"),
     "state reshaped": ("reshaped", lambda p: None, "state does not fit this config: opt_state/"),
     "state retyped": ("retyped", lambda p: None, "state does not fit this config: step: saved float32[], expected int32[]"),
     "object array in an npz": ("good", _npz(obs=OBJECT), "replay_shard_0.npz:obs.npy holds an object array (object)"),
@@ -281,6 +282,34 @@ def test_the_cli_prints_one_line_per_skipped_checkpoint(saved, tmp_path, capsys,
     ]
     assert "state does not fit this config" in lines[0] and "SHA-256" in lines[1]
     assert lines[2].startswith(f"jaxflow: resuming DQN from {os.path.join(run, GOOD)}")
+
+
+UNKNOWN_ENV = "me/NeverImported-v0"
+
+
+@pytest.mark.parametrize(
+    "imports, said",
+    [
+        ([], f"its env {UNKNOWN_ENV!r} is unknown here (Unknown environment {UNKNOWN_ENV!r}"),
+        (["module_gone_44"], f"its env {UNKNOWN_ENV!r} is unknown here: its run imported module_gone_44 (--import)"),
+    ],
+)
+def test_an_env_nothing_registered_is_named_not_skipped(saved, tmp_path, capsys, no_ray, imports, said):
+    """An intact checkpoint whose env is unknown here (the module registering it not imported) is
+    neither skipped for an older one nor said not to verify: one line naming the env, and the
+    module the run imported where it cannot be imported here; exit status 2 before Ray starts."""
+    run = tmp_path / "run"
+    shutil.copytree(saved["good"], run / GOOD)
+    shutil.copytree(saved["good"], run / TAMPERED)
+    _edit_json("meta.json", lambda m: {**m, "config": {**m["config"], "env": UNKNOWN_ENV}, "imports": imports})(
+        str(run / TAMPERED)
+    )
+    with pytest.raises(MissingNameError) as e:
+        plan_restore(str(run))
+    assert str(e.value).startswith(f"checkpoint {run / TAMPERED}: ") and said in str(e.value)
+    assert cli.main(["evaluate", "--checkpoint", str(run)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == f"jaxflow: error: {e.value}" and "verif" not in line
 
 
 def test_evaluate_says_each_skipped_checkpoint_once_and_which_one_it_plays(saved, tmp_path, capsys, caplog):

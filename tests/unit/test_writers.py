@@ -48,3 +48,30 @@ def test_tensorboard_reads_the_scalars_a_run_writes(tmp_path):
     assert "training_iteration" in events.Tags()["scalars"]
     with pytest.raises(KeyError):
         events.Scalars("no_such_key")
+
+
+def test_tensorboard_writes_each_evaluation_at_the_step_of_the_policy_it_played(tmp_path):
+    """Two evaluations reported late, together, each at its own policy's env steps."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    evaluations = [
+        {"episode_return_mean": r, "training_iteration": i, "env_steps_sampled": 1000 * i}
+        for i, r in [(2, 50.0), (4, 80.0)]
+    ]
+    writer = TensorBoardWriter(str(tmp_path))
+    writer.write({"training_iteration": 3, "env_steps_sampled": 3000, "episode_return_mean": 9.0})
+    writer.write(
+        {
+            "training_iteration": 5,
+            "env_steps_sampled": 5000,
+            "episode_return_mean": 12.0,
+            "evaluations": evaluations,
+            "evaluation": evaluations[-1],
+        }
+    )
+    writer.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    scalars = events.Scalars("evaluation/episode_return_mean")
+    assert [(s.step, s.value) for s in scalars] == [(2000, 50.0), (4000, 80.0)]
+    assert [s.step for s in events.Scalars("episode_return_mean")] == [3000, 5000]
