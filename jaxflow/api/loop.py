@@ -15,7 +15,7 @@ from jaxflow.api.failures import record_failure
 from jaxflow.api.logdir import CONFIG, NewRunFiles, claim_logdir, missing_from, truncate_progress
 from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
 from jaxflow.api.retention import DEFAULT_KEEP, prune_checkpoints
-from jaxflow.api.stops import STOP_KEYS, check_stop, parse_stop, should_stop
+from jaxflow.api.stops import EVALUATION, STOP_KEYS, check_stop, parse_stop, should_stop
 from jaxflow.api.storage import Storage
 from jaxflow.api.tracker_checks import check_trackers, starting
 from jaxflow.api.user_errors import one_line
@@ -110,7 +110,7 @@ class _Run:
             result = self.algo.train()
             self.finished = should_stop(result, stop)
             if self.finished or caught.signum is not None:  # the last result: evaluations still playing reported
-                result = self.algo.finish_evaluations(result)
+                result = _finish_evaluations(self.algo, result, stop)
             self.in_flight = False
             for w in self.writers:
                 w.write(result)
@@ -163,6 +163,18 @@ class _Run:
         if newest and self.logdir:
             told += f"; continue with --resume {self.logdir} (Algorithm.restore)"
         return interrupts.TrainingInterrupted(signum, told, at, newest, saved)
+
+
+def _finish_evaluations(algo: Algorithm, result: dict[str, Any], stop: Mapping[str, float]) -> dict[str, Any]:
+    """The run's last ``result`` with the evaluations still playing reported under
+    ``evaluations``; a run whose stop conditions read an evaluation keeps as ``evaluation``
+    the one they were judged on (one stopped at ``evaluation/episode_return_mean=400`` ends on
+    a row whose ``evaluation`` met it, whatever later policies scored), any other the newest."""
+    judged = result.get("evaluation")
+    result = algo.finish_evaluations(result)
+    if judged is not None and any(key.startswith(EVALUATION) for key in stop):
+        result["evaluation"] = judged
+    return result
 
 
 def _newest_checkpoint(logdir: str | None) -> str | None:

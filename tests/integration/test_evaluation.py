@@ -104,6 +104,25 @@ def test_every_due_evaluation_is_reported_once_in_order_by_the_end_of_the_run(ra
     assert shown == [[e["training_iteration"] for e in r.get("evaluations", [])] for r in rows]
 
 
+def test_a_run_stopped_by_an_evaluation_ends_on_the_evaluation_that_stopped_it(ray_local, tmp_path):
+    """Stopped by ``evaluation/episode_return_mean``: the row that met it started the next
+    evaluation (interval 1), which the run waits for and reports under ``evaluations``, but the
+    row's ``evaluation`` stays the one the stop was judged on."""
+    algo = Algorithm.build("PPO", evaluation_interval=1, evaluation_episodes=2, **SMALL_PPO)
+    stop = {"evaluation/episode_return_mean": 1.0, "training_iteration": 30}  # CartPole returns at least 8
+    try:
+        last = train(algo, stop, str(tmp_path), loggers=("jsonl",))
+    finally:
+        algo.stop()
+    judged, reported = last["evaluation"], last["evaluations"]
+    assert judged["episode_return_mean"] >= 1.0 and last["training_iteration"] < 30
+    at = reported.index(judged)
+    assert at < len(reported) - 1  # the evaluation started with the stopping row came after it
+    assert [e["training_iteration"] for e in reported[at + 1 :]] == list(
+        range(judged["training_iteration"] + 1, last["training_iteration"] + 1)
+    )
+
+
 def test_a_restored_run_evaluates_on_its_interval_from_where_it_left_off(tmp_path):
     """A run restored at iteration 5 with an interval of 4 evaluates at 8, not on its first result."""
     fields = dict(DEVICE, iterations_per_call=1, evaluation_interval=4, evaluation_episodes=2)
