@@ -121,7 +121,7 @@ def loss(
 
     q, q_target = trace_q(params), trace_q(target_params)
     a_tm1, r_t = tm["actions"][burn:], tm["rewards"][burn:]
-    discount_t = config.gamma * tm["discounts"][burn:]
+    discount_t = tm["discounts"][burn:]  # gamma, or 0 where the episode ended: rollouts store gamma in it
     td = sequence_td_errors(q, a_tm1, r_t, discount_t, q, q_target, config.n_step, config.value_rescaling_eps)
     total = jnp.mean(batch["weights"] * jnp.mean(0.5 * td**2, axis=0))
     q_taken = jnp.take_along_axis(q, a_tm1[..., None], axis=-1)

@@ -65,9 +65,10 @@ def test_priorities_mix_max_and_mean_abs_td_with_eta():
 
 def sequences(seed: int = 0) -> dict:
     """Two batch-major sequences of L steps: in sequence 0 an episode ends at step 3 (inside
-    the trace) and the next starts at 4; in sequence 1 one starts at step 1 (inside the burn-in)."""
+    the trace) and the next starts at 4; in sequence 1 one starts at step 1 (inside the burn-in).
+    Their discounts are what rollouts store (``truncation_bootstrap``): gamma, 0 where an episode ended."""
     rng = np.random.default_rng(seed)
-    starts, discounts = np.zeros((N, L), bool), np.ones((N, L), np.float32)
+    starts, discounts = np.zeros((N, L), bool), np.full((N, L), CONFIG.gamma, np.float32)  # as rollouts store them
     starts[0, 4], discounts[0, 3] = True, 0.0
     starts[1, 1], discounts[1, 0] = True, 0.0
     state = tuple(jnp.asarray(rng.normal(size=(N, CONFIG.lstm_size)), jnp.float32) for _ in range(2))
@@ -102,7 +103,7 @@ def hand_loss(params, target_params, batch) -> tuple[float, np.ndarray]:
     q, q_target = q_values(params), q_values(target_params)
     T, n, burn = CONFIG.trace_length, CONFIG.n_step, CONFIG.burn_in
     r = np.asarray(batch["rewards"])[:, burn:]
-    d = CONFIG.gamma * np.asarray(batch["discounts"])[:, burn:]
+    d = np.asarray(batch["discounts"])[:, burn:]  # gamma, or 0 where an episode ended: gamma once
     a = np.asarray(batch["actions"])[:, burn:]
     td = np.zeros((T - 1, N))
     for b in range(N):
