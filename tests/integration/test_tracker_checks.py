@@ -36,6 +36,9 @@ def jaxflow(argv, tmp_path, env=None, cwd=None, timeout=CHECK_TIMEOUT_S, python=
     home.mkdir(exist_ok=True)
     base = {k: v for k, v in os.environ.items() if k not in TRACKER_ENV}
     base.update(HOME=str(home), WANDB_DISABLE_GIT="true", **(env or {}))
+    token = os.path.join(os.path.expanduser("~"), ".ray", "auth_token")  # the session's Ray's, which it joins
+    if os.path.exists(token):
+        base.setdefault("RAY_AUTH_TOKEN_PATH", token)
     command = [sys.executable, "-c", python] if python else [sys.executable, "-m", "jaxflow.api.cli", *argv]
     return subprocess.run(command, capture_output=True, text=True, env=base, cwd=cwd, timeout=timeout)
 
@@ -137,10 +140,11 @@ def files_of(path):
     return out
 
 
-def test_a_resumed_run_failing_before_its_first_iteration_keeps_every_file(tmp_path, capsys):
+def test_a_resumed_run_failing_before_its_first_iteration_keeps_every_file(tmp_path):
     run = str(tmp_path / "run")
     argv = [*PPO, *TINY, "--logdir", run, "--stop", "training_iteration=1", "--logger", "jsonl", "--quiet"]
-    assert cli.main(argv) == 0, capsys.readouterr().err[-3000:]
+    done = jaxflow(argv, tmp_path, timeout=RUN_TIMEOUT_S)  # a process of its own: it imported no other test's modules
+    assert done.returncode == 0, done.stderr[-3000:]
     before = files_of(run)
     resume = ["train", "--resume", run, "--stop", f"training_iteration={ITERATIONS}", "--logger", "tensorboard,mlflow"]
     done = jaxflow(resume, tmp_path, FILE_STORE_OFF)
