@@ -7,6 +7,7 @@ weights back to that worker alone.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 from jaxflow import (
     AlgorithmSpec,
@@ -28,6 +29,10 @@ class A3CConfig(CommonConfig):
     """A3C settings (plus :class:`~jaxflow.config.CommonConfig`)."""
 
     on_policy = True
+    asynchronous_plan: ClassVar[str] = (
+        "each worker's gradients are applied as they arrive, to weights that the other workers' "
+        "gradients moved in an order set by their speed"
+    )
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=16))
     """Rollout workers (see :class:`~jaxflow.config.RolloutConfig`); 16-step fragments, one gradient each."""

@@ -8,7 +8,7 @@ not copied.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -32,10 +32,18 @@ from jaxflow.config.fields import COUNT, NON_NEGATIVE, SIZE, UNIT, param, requir
 from jaxflow.learn.to_device import ToDevice
 from jaxflow.rollout.batch import SampleBatch
 
+APE_X_PLAN = (
+    "actors store into the replay shards and fetch weights, and a learner thread trains on "
+    "replayed batches, each at its own pace"
+)
+"""Why Ape-X's plan (Ape-X DQN's, Ape-X DDPG's, R2D2's in Ray mode) cannot repeat a run exactly."""
+
 
 @dataclasses.dataclass(frozen=True)
 class APEXConfig(DQNConfig):
     """Ape-X settings: DQN's, plus the actors', the replay shards' and the learner thread's."""
+
+    asynchronous_plan: ClassVar[str] = APE_X_PLAN
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=2, rollout_fragment_length=16))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`), each with its own exploration rate;

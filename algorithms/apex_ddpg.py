@@ -8,11 +8,12 @@ not copied; what is new is the per-actor noise and the config that joins the two
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
 from jaxflow import RunHooks, register_algorithm
-from jaxflow.algorithms.apex import actor_rate, check_distributed, make_limited_replay, plan
+from jaxflow.algorithms.apex import APE_X_PLAN, actor_rate, check_distributed, make_limited_replay, plan
 from jaxflow.algorithms.td3 import DDPG, DDPGConfig, noisy_actions
 from jaxflow.config import DistributedReplayConfig, RolloutConfig
 from jaxflow.config.fields import COUNT, NON_NEGATIVE, SIZE, UNIT, param
@@ -22,6 +23,8 @@ from jaxflow.config.fields import COUNT, NON_NEGATIVE, SIZE, UNIT, param
 class APEXDDPGConfig(DDPGConfig):
     """Ape-X DDPG settings: DDPG's, with the paper's distributed replay, target copies every
     100 SGD steps, and per-actor noise ``exploration_noise^(1 + worker_noise_alpha i / (N - 1))``."""
+
+    asynchronous_plan: ClassVar[str] = APE_X_PLAN
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(num_workers=2, rollout_fragment_length=16))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`), each with its own noise scale."""

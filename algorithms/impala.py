@@ -49,6 +49,10 @@ class IMPALAConfig(CommonConfig):
     learner_group = True
     loss_fields: ClassVar[tuple[str, ...]] = ("vf_coef", "ent_coef")
     recurrent_modes: ClassVar[tuple[str, ...]] = ("ray",)
+    asynchronous_plan: ClassVar[str] = (
+        "actors act with whatever weights last reached them while a learner thread trains on "
+        "fragments in the order they arrive"
+    )
 
     rollout: RolloutConfig = param(None, factory=lambda: RolloutConfig(rollout_fragment_length=32))
     """Actors (see :class:`~jaxflow.config.RolloutConfig`); 32-step fragments, over which V-trace runs."""

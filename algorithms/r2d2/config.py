@@ -30,6 +30,10 @@ class R2D2Config(OffPolicyConfig):
     network, buffer and target period."""
 
     recurrent_modes: ClassVar[tuple[str, ...]] = ("device", "ray")
+    asynchronous_plan: ClassVar[str] = (
+        "Ape-X's plan: actors store into the replay shards and fetch weights, and a learner thread "
+        "trains on replayed batches, each at its own pace"
+    )
     loss_fields = ("priority_eta",)
     replay_layout = ("rollout.num_workers", "rollout.num_envs_per_worker", "burn_in", "trace_length", "sequence_period")
 

@@ -122,4 +122,14 @@ def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:
         )
     if mode == "device" and config.num_learners > 1:
         raise ConfigError(f"{name}.num_learners > 1 is for Ray mode; device mode trains on one process's devices.")
+    if mode == "ray" and config.deterministic and type(config).asynchronous_plan:
+        where = (
+            "it is deterministic in device mode (gymnax/<id> and brax/<name> envs)"
+            if spec.run.device is not None
+            else "it has no deterministic plan"
+        )
+        raise ConfigError(
+            f"{name}.deterministic=True: {spec.name}'s Ray-mode plan is asynchronous by design "
+            f"({type(config).asynchronous_plan}); {where}. Set deterministic=False."
+        )
     return mode

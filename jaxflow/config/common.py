@@ -46,6 +46,10 @@ class CommonConfig(StrictKeywords):
     recurrent_modes: ClassVar[tuple[str, ...]] = ()
     """The modes (``"device"``, ``"ray"``) in which this algorithm trains a recurrent policy
     (``use_lstm``); none: ``use_lstm=True`` is refused."""
+    asynchronous_plan: ClassVar[str] = ""
+    """Why this algorithm's Ray-mode plan cannot run the same way twice for one seed (what its
+    actors act with or its learner trains on depends on which process is faster), as a
+    refusal of ``deterministic=True`` in Ray mode names it; empty where it can."""
 
     env: str = "CartPole-v1"
     """Environment id, see `jaxflow list`."""
@@ -102,6 +106,13 @@ class CommonConfig(StrictKeywords):
     in the driver. Only algorithms whose config sets ``learner_group`` take more than 1."""
     num_cpus_per_learner: float = param(1.0, NON_NEGATIVE)
     """CPUs Ray reserves for each learner process (with ``num_learners > 1``)."""
+    deterministic: bool = False
+    """Ray mode: the same seed gives the same results and weights, run after run. Replay
+    algorithms (DQN, Rainbow, SAC, TD3, DDPG) then sample in lockstep rounds: every worker's
+    fragment, then the round's SGD steps, then new weights for all, no sampling overlapping
+    training (slower, see docs/algorithms.md); the on-policy plans and device mode are
+    deterministic either way. Refused for the asynchronous plans (IMPALA, APPO, A3C, Ape-X,
+    R2D2 in Ray mode) and with ``sample_async``."""
     schedules: dict = param(None, factory=dict)
     """Float fields that follow a piecewise-linear schedule over optimizer steps, e.g.
     ``{"lr": [[0, 3e-4], [100000, 0.0]], "ent_coef": [[0, 0.01], [50000, 0.0]]}``
@@ -131,6 +142,11 @@ class CommonConfig(StrictKeywords):
             self.num_learners == 1 or self.learner_group,
             f"{type(self).__name__}.num_learners={self.num_learners}: this algorithm trains with one learner; "
             f"num_learners > 1 is for {LEARNER_GROUP_SUPPORT}.",
+        )
+        require(
+            not (self.deterministic and self.rollout.sample_async),
+            f"{type(self).__name__}.deterministic=True with sample_async=True: a worker sampling ahead acts with "
+            "whichever weights reached it in time; set sample_async=False.",
         )
         require(
             not (self.rollout.sample_async and self.on_policy),

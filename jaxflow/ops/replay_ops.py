@@ -152,6 +152,7 @@ def ParallelReplay(
     num_async: int = 1,
     sample_wait_s: float | None = None,
     to_learner: Any = None,
+    in_turn: bool = False,
 ) -> LocalIterator[ReplayBatch]:
     """Replayed batches of ``batch_size`` items from every shard, in completion order.
 
@@ -166,6 +167,11 @@ def ParallelReplay(
     object store and hand over a reference (:mod:`jaxflow.dataflow.stored_rows`), which the
     learner processes fetch straight from the shards' nodes.
 
+    With ``in_turn`` the shards answer round by round, in shard order (``gather_sync``): each
+    round's requests are all answered before any batch is handed on and before the plan calls
+    a shard again, so no request waits in a (threaded) shard actor while stores or priorities
+    reach it, and a run replays the same batches whatever the timing (``num_async`` is then 1).
+
     Example:
         >>> feed = ParallelReplay(shards, batch_size=512, num_async=4).for_each(Enqueue(thread.inqueue))  # doctest: +SKIP
     """
@@ -175,11 +181,9 @@ def ParallelReplay(
         source = shards.sampling(batch_size, beta, sample_wait_s)
     if isinstance(source, LocalReplay):
         return from_iterator(functools.partial(_sampled_in_call, source), Context(), "ParallelReplay")
-    return (
-        ParallelIterator(source, "sample", Context(), name="ParallelReplay")
-        .gather_async(num_async)
-        .for_each(_replay_ready)
-    )
+    replies: ParallelIterator[ReplayBatch | None] = ParallelIterator(source, "sample", Context(), name="ParallelReplay")
+    gathered = replies.gather_sync() if in_turn else replies.gather_async(num_async)
+    return gathered.for_each(_replay_ready)
 
 
 class UpdatePriorities:
