@@ -58,9 +58,10 @@ def add(state: DeviceReplayState, items: Mapping[str, Array], priorities: Array,
     )
 
 
-def slots_at(priorities: Array, u: Array) -> Array:
+def slots_at(priorities: Array, u: Array, cdf: Array | None = None) -> Array:
     """The slots whose share of the priority mass holds each position ``u`` (in ``[0, sum p)``)
-    of the inverse CDF; every slot returned has a positive priority where any slot has one.
+    of the inverse CDF (``cdf``, the priorities' ``cumsum``, where the caller has it); every
+    slot returned has a positive priority where any slot has one.
 
     XLA's ``cumsum`` rounds each prefix on its own (a windowed sum, not a running one), so the
     CDF is not exactly non-decreasing: a slot of priority 0 can own a sliver of the mass
@@ -74,7 +75,8 @@ def slots_at(priorities: Array, u: Array) -> Array:
         [1, 3, 3, 3]
     """
     n = priorities.shape[0]
-    drawn = jnp.clip(jnp.searchsorted(jnp.cumsum(priorities), u, side="right"), 0, n - 1)
+    cdf = jnp.cumsum(priorities) if cdf is None else cdf
+    drawn = jnp.clip(jnp.searchsorted(cdf, u, side="right"), 0, n - 1)
     has_mass = priorities > 0
     last_with_mass = jax.lax.cummax(jnp.where(has_mass, jnp.arange(n), -1))[drawn]
     return jnp.where(last_with_mass >= 0, last_with_mass, jnp.argmax(has_mass)).astype(jnp.int32)
@@ -83,9 +85,9 @@ def slots_at(priorities: Array, u: Array) -> Array:
 def stratified_slots(priorities: Array, key: Array, batch_size: int) -> Array:
     """``batch_size`` slots drawn in proportion to ``priorities [N]``: one from each of
     ``batch_size`` equal slices of the mass (stratified inverse-CDF sampling), by :func:`slots_at`."""
-    total = jnp.cumsum(priorities)[-1]  # slots_at's CDF's top: one cumsum once jitted
-    u = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) * (total / batch_size)
-    return slots_at(priorities, u)
+    cdf = jnp.cumsum(priorities)
+    u = (jnp.arange(batch_size) + jax.random.uniform(key, (batch_size,))) * (cdf[-1] / batch_size)
+    return slots_at(priorities, u, cdf)
 
 
 def sample(
