@@ -1,7 +1,7 @@
 """A learner group (``num_learners=2``): two learner processes forming one JAX runtime over
 gloo update exactly as one learner does on the same global batch (split by the driver, or
-fetched by each process from where the workers stored it), and a PPO run with them trains,
-checkpoints and restores."""
+fetched by each process from where the workers stored it); a PPO run with them trains,
+checkpoints and restores, and IMPALA's learns from fragments its workers stored for the group."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ from jaxflow.rollout.batch import SampleBatch
 # another order than one process's: equal to a few ulps of the parameters' scale.
 TOLERANCE = 1e-5
 
-PPO_TARGET, PPO_BUDGET = 450.0, 200_000  # PPO's threshold on one learner (examples/tuned/ppo-cartpole.json)
-PPO_BATCH = 1024  # PPO's train batch with num_workers=0: the last iteration may overshoot the budget by one
+PPO_BATCH = 1024  # PPO's train batch with num_workers=0
+PPO_UPDATES = 32  # a group update per iteration: 8 epochs x 4 minibatches of PPO_BATCH samples
 
 TWO_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 """Each learner process with 2 CPU devices, as on a host with 2 accelerators."""
@@ -151,22 +151,22 @@ def test_group_update_equals_single_process_update(ray_local):
         group.stop()
 
 
-@pytest.mark.learning
-def test_ppo_with_two_learners_learns_cartpole_checkpoints_and_restores(ray_local, tmp_path):
-    """PPO's defaults (sampling in the driver) with its batch trained by two learner processes
-    reach PPO's threshold on one learner, 450 within 200k env steps (here seeds 0-2 reached it
-    at 73k, 93k and 75k); the checkpoint restores into a new group with the same weights,
-    which trains on."""
+def test_a_ppo_run_with_two_learners_trains_checkpoints_and_restores(ray_local, tmp_path):
+    """PPO's defaults (sampling in the driver) with its batch trained by two learner processes:
+    each iteration is one group update of 8 epochs x 4 minibatches; the checkpoint restores into
+    a new group with the same weights, which trains on. That the group learns as one learner
+    does follows from the equality above and PPO's learning tests on one learner (a run of this
+    config to 450 reached it at 73k-93k env steps for seeds 0-2, as one learner does)."""
     algo = Algorithm.build("PPO", num_workers=0, num_learners=2, seed=0)
     try:
         assert len(algo.program.learner.node_ids()) == 2
-        result = train(algo, {"episode_return_mean": PPO_TARGET, "env_steps_sampled": PPO_BUDGET}, verbose=False)
+        result = train(algo, {"training_iteration": 2}, verbose=False)
         path = algo.save(str(tmp_path))
         saved = algo.program.learner.get_weights()
     finally:
         algo.stop()
-    assert result["episode_return_mean"] >= PPO_TARGET, result
-    assert result["env_steps_sampled"] <= PPO_BUDGET + PPO_BATCH, result
+    assert result["env_steps_sampled"] == result["env_steps_trained"] == 2 * PPO_BATCH, result
+    assert algo.program.learner.version == 2 * PPO_UPDATES
     restored = Algorithm.restore(path)
     try:
         for want, have in zip(
@@ -175,7 +175,7 @@ def test_ppo_with_two_learners_learns_cartpole_checkpoints_and_restores(ray_loca
             np.testing.assert_array_equal(have, want)
         version = restored.program.learner.version
         restored.train()
-        assert restored.program.learner.version == version + 32  # 8 epochs x 4 minibatches of 1024 samples
+        assert restored.program.learner.version == version + PPO_UPDATES
     finally:
         restored.stop()
 

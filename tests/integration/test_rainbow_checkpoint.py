@@ -20,6 +20,10 @@ SHORT = dict(
     hidden_sizes=(32,),
     learning_starts=200,
     min_env_steps_per_iteration=400,
+    # Sampled and replayed in the driver: the checkpoint's parameters are what is tested, and
+    # rollout and shard actors, started again by the restore, took most of this test's time.
+    num_workers=0,
+    replay_in_driver=True,
     seed=2,
 )
 

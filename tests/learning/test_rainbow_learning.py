@@ -1,6 +1,7 @@
-"""Rainbow's parts learn CartPole-v1: C51 and QR-DQN reach 450 within 200k env steps, and
-Rainbow (every part on) within DQN's budget of 200k (test_learning.py's DQN test, Ray mode).
-Each run is a tuned example (``examples/tuned/``).
+"""Rainbow's parts learn CartPole-v1: QR-DQN reaches 450 within 200k env steps, and Rainbow
+(every part on, C51's head among them) within DQN's budget of 200k (test_learning.py's DQN
+test, Ray mode). Each run is a tuned example (``examples/tuned/``); C51 alone
+(``c51-gymnax-cartpole``, 450 at 182k when written) is left to Rainbow's run, for the suite's time.
 
 Fixed seeds and the configs' defaults but where named. C51 and QR-DQN run in device mode
 (in Ray mode, whose sampling varies from run to run, C51 reached 450 at 125k in some runs and 343 by 200k in one fresh-clone CI; QR-DQN
@@ -23,7 +24,7 @@ import jaxflow.algorithms.rainbow  # noqa: F401 - registers Rainbow where the in
 pytestmark = pytest.mark.learning
 
 
-@pytest.mark.parametrize("example", ["c51-gymnax-cartpole", "qr-dqn-gymnax-cartpole", "rainbow-gymnax-cartpole"])
+@pytest.mark.parametrize("example", ["qr-dqn-gymnax-cartpole", "rainbow-gymnax-cartpole"])
 def test_reaches_450_within_200k_steps(ray_local, example):
     result, algo, stop = tuned.run(example)
     # The last iteration (device mode: the last call) may overshoot the budget.
