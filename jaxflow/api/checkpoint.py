@@ -76,15 +76,22 @@ def save(
     write_extra: Callable[[str], Mapping[str, Any] | None] | None = None,
 ) -> str:
     """Writes ``state`` (a pytree of arrays) and ``meta`` atomically; returns the checkpoint path.
+    An earlier checkpoint of that iteration there is replaced; anything else of that name is
+    refused (:class:`CheckpointError`), before anything is written.
 
     ``write_extra(path)`` may add files (e.g. replay contents) to the checkpoint before
     it is sealed and renamed into place, so they are part of the same all-or-nothing write;
     what it returns (e.g. each replay shard's size and capacity) is added to ``meta.json``.
     """
     directory = os.path.abspath(directory)
-    os.makedirs(directory, exist_ok=True)
     name = f"checkpoint_{iteration:06d}"
     final = os.path.join(directory, name)
+    if os.path.lexists(final) and not os.path.isfile(os.path.join(final, META)):
+        # Only a checkpoint replaces another (a resumed run saving again): never what jaxflow did not write.
+        raise fail(
+            final, f"exists and is not a jaxflow checkpoint (it has no {META}); it is left as it is: save elsewhere"
+        )
+    os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, f".tmp-{name}-{uuid.uuid4().hex[:_ID_CHARS]}")
     try:
         with ocp.StandardCheckpointer() as ckptr:

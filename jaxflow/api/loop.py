@@ -15,7 +15,7 @@ from jaxflow.api.failures import record_failure
 from jaxflow.api.logdir import CONFIG, NewRunFiles, claim_logdir, missing_from, truncate_progress
 from jaxflow.api.loggers import DEFAULT_LOGGERS, MLflowWriter, WandbWriter, parse_loggers
 from jaxflow.api.retention import DEFAULT_KEEP, prune_checkpoints
-from jaxflow.api.stops import EVALUATION, STOP_KEYS, check_stop, parse_stop, should_stop
+from jaxflow.api.stops import EVALUATION, STOP_KEYS, check_ahead, check_reported, check_stop, parse_stop, should_stop
 from jaxflow.api.storage import Storage
 from jaxflow.api.tracker_checks import check_trackers, starting
 from jaxflow.api.user_errors import one_line
@@ -54,6 +54,10 @@ def train(
     receives a copy of ``logdir``'s run after every checkpoint and at the end; a new run
     refuses a storage that holds one unless ``overwrite``.
 
+    ``stop`` is checked as the command line checks it, before anything is written: a key the
+    run never reports (an ``evaluation/`` key without ``evaluation_interval``) and a counter's
+    bound that ``algo`` has reached already (it would train one iteration past it) are refused.
+
     Called in the main thread, a SIGINT (Ctrl-C) or SIGTERM lets the iteration in flight finish,
     saves it, closes the writers and raises :class:`~jaxflow.api.interrupts.TrainingInterrupted`
     (a ``KeyboardInterrupt``) naming the checkpoint; a second signal stops at once, unsaved
@@ -61,6 +65,8 @@ def train(
     a failure before the first iteration starts (opening the writers) leaves nothing in ``logdir``.
     """
     loggers = _checked_arguments(stop, loggers, checkpoint_every, keep_checkpoints, storage, logdir)
+    check_reported(stop, algo.config)  # as the command line checks: a key never reported would train forever
+    check_ahead(stop, algo.context.counters, f"this Algorithm, at iteration {algo.iteration}")
     store = Storage(storage) if isinstance(storage, str) else storage
     if store is not None and algo.iteration == 0:
         store.claim(overwrite)  # before the local logdir is touched: a refused run changes nothing

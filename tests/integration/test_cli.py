@@ -380,7 +380,8 @@ def _tensorboard_scalars(logdir, tag):
 
 def test_a_resumed_run_logs_each_iteration_and_step_once(ray_local, tmp_path):
     """Trained to iteration 4 with a checkpoint at 2, restored from it and trained to 4 again:
-    progress.jsonl holds iterations 1..4 once, and TensorBoard one value per step."""
+    progress.jsonl holds iterations 1..4 once, and TensorBoard one value per step; stop
+    conditions that could never hold, or hold already, are refused as on the command line."""
     logdir, taken = str(tmp_path / "run"), tmp_path / "taken"
     taken.mkdir()
     (taken / "config.json").write_text(JAXFLOW_CONFIG)
@@ -393,6 +394,13 @@ def test_a_resumed_run_logs_each_iteration_and_step_once(ray_local, tmp_path):
     with pytest.raises(ConfigError, match="checkpoint_every must be an int >= 0"):
         train(algo, {"training_iteration": 4}, logdir, checkpoint_every=-1)
     first = train(algo, {"training_iteration": 4}, logdir, checkpoint_every=2, verbose=False)
+    # train() refuses what the command line refuses: a bound the run has reached (it would
+    # train one more iteration past it) and a key the run never reports (it would never stop).
+    with pytest.raises(ConfigError, match=r"training_iteration=4: the run is already at training_iteration 4 \(this"):
+        train(algo, {"training_iteration": 4}, logdir)
+    with pytest.raises(ConfigError, match=r"evaluation/episode_return_mean: this run never evaluates"):
+        train(algo, {"evaluation/episode_return_mean": 100.0}, logdir)
+    assert algo.iteration == 4
     algo.stop()
     resumed = Algorithm.restore(os.path.join(logdir, "checkpoint_000002"))
     assert resumed.iteration == 2

@@ -1,6 +1,6 @@
 """Replacing a checkpoint is atomic at every step: a write interrupted before the old copy
 is renamed aside, between the renames, or before the old copy is deleted leaves a checkpoint
-that verifies and restores."""
+that verifies and restores; what is not a checkpoint is never replaced."""
 
 from __future__ import annotations
 
@@ -109,3 +109,20 @@ def test_only_the_unfinished_saves_jaxflow_names_are_removed(dqn, tmp_path):
     assert checkpoint.remove_unfinished(str(tmp_path)) == [unfinished]
     assert set(os.listdir(tmp_path)) == before - {unfinished} and os.path.isdir(done)
     assert checkpoint.remove_unfinished(str(tmp_path / "absent")) == []
+
+
+@pytest.mark.parametrize("kind", ["folder", "file"])
+def test_a_save_refuses_a_same_named_folder_or_file_jaxflow_did_not_write(dqn, tmp_path, kind):
+    state, meta = dqn
+    taken = tmp_path / f"checkpoint_{ITERATION:06d}"
+    if kind == "folder":
+        taken.mkdir()
+        (taken / "notes.txt").write_text("mine")
+    else:
+        taken.write_text("mine")
+    with pytest.raises(
+        checkpoint.CheckpointError, match=r"exists and is not a jaxflow checkpoint \(it has no meta.json\)"
+    ):
+        checkpoint.save(str(tmp_path), ITERATION, state, meta)
+    assert sorted(os.listdir(tmp_path)) == [taken.name]  # nothing written, nothing removed
+    assert (taken / "notes.txt" if kind == "folder" else taken).read_text() == "mine"
