@@ -15,7 +15,7 @@ import gymnasium
 import numpy as np
 
 from jaxflow.envs.atari_config import AtariConfig, AtariConfigError, ale_py, atari_ids
-from jaxflow.envs.vector import EnvSpaceError, EpisodeTally, VectorStep
+from jaxflow.envs.vector import EndedEpisodes, EnvSpaceError, EpisodeTally, VectorStep
 
 
 def runs_in_ale_vector(env_id: str, env_config: dict[str, Any] | None = None) -> bool:
@@ -157,6 +157,10 @@ class ALEVectorEnv:
     def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Scores and lengths (agent steps) of the games completed since the last call."""
         return self._tally.pop()
+
+    def pop_ended(self) -> EndedEpisodes:
+        """What :meth:`pop_episodes` reports, with each episode's env (no ``info``: None)."""
+        return self._tally.pop_ended()
 
     def close(self) -> None:
         self._venv.close()

@@ -28,7 +28,7 @@ import numpy as np
 
 from jaxflow.envs.atari_config import ALE_PREFIX, AtariConfig
 from jaxflow.envs.envpool_config import MAX_SEED, envpool_task
-from jaxflow.envs.vector import EpisodeTally, VectorStep, check_action, check_obs, obs_dtype
+from jaxflow.envs.vector import EndedEpisodes, EpisodeTally, VectorStep, check_action, check_obs, obs_dtype
 
 
 class EnvPoolVectorEnv:
@@ -169,6 +169,10 @@ class EnvPoolVectorEnv:
         """Returns and lengths of the episodes (for Atari: games, over all lives, unclipped)
         completed since the last call."""
         return self._tally.pop()
+
+    def pop_ended(self) -> EndedEpisodes:
+        """What :meth:`pop_episodes` reports, with each episode's env (no ``info``: None)."""
+        return self._tally.pop_ended()
 
     def close(self) -> None:
         self._pool.close()

@@ -29,10 +29,21 @@ class VectorStep(NamedTuple):
     final_obs: np.ndarray
 
 
+class EndedEpisodes(NamedTuple):
+    """The episodes a vector completed since the last pop, in the order they ended: their
+    returns and lengths, which env of the vector played each, and the ``info`` dict of its
+    last step (None where the backend has no per-env info: ale-py's and envpool's vectors)."""
+
+    returns: np.ndarray
+    lengths: np.ndarray
+    env_indices: np.ndarray
+    infos: list[Any]
+
+
 class EpisodeTally:
     """The running returns and lengths of a vector's ``num_envs`` episodes, and those of the
     episodes completed since the last :meth:`pop`: what every vector backend's
-    ``pop_episodes`` reports.
+    ``pop_episodes`` reports (``pop_ended``: with the env and last ``info`` of each).
 
     Example:
         >>> tally = EpisodeTally(2)
@@ -47,33 +58,49 @@ class EpisodeTally:
         self.lengths = np.zeros(num_envs, np.int64)
         self._done_returns: list[float] = []
         self._done_lengths: list[int] = []
+        self._done_envs: list[int] = []
+        self._done_infos: list[Any] = []
 
     def restart(self) -> None:
         """Every episode starts anew (a reset of the whole vector)."""
         self.returns[:] = 0.0
         self.lengths[:] = 0
 
-    def add(self, reward: np.ndarray, ended: np.ndarray, counted: np.ndarray | None = None) -> None:
+    def add(self, reward: np.ndarray, ended: np.ndarray, counted: np.ndarray | None = None, infos: Any = None) -> None:
         """One step's rewards; the ``ended`` episodes start anew, and those of them ``counted``
-        (default: all) are recorded."""
+        (default: all) are recorded, with their env's entry of ``infos`` (per env) where given."""
         self.returns += reward
         self.lengths += 1
         if ended.any():
-            counted = ended if counted is None else counted
-            self._done_returns.extend(self.returns[counted].tolist())
-            self._done_lengths.extend(self.lengths[counted].tolist())
+            done = np.flatnonzero(ended if counted is None else counted)
+            self._done_returns.extend(self.returns[done].tolist())
+            self._done_lengths.extend(self.lengths[done].tolist())
+            self._done_envs.extend(done.tolist())
+            self._done_infos.extend(None if infos is None else infos[i] for i in done)
             self.returns[ended] = 0.0
             self.lengths[ended] = 0
 
-    def record(self, episode_return: float, length: int) -> None:
-        """An episode an env counted itself (gymnasium's ``RecordEpisodeStatistics``)."""
+    def record(self, episode_return: float, length: int, env_index: int, info: Any = None) -> None:
+        """An episode env ``env_index`` counted itself (gymnasium's ``RecordEpisodeStatistics``)."""
         self._done_returns.append(episode_return)
         self._done_lengths.append(length)
+        self._done_envs.append(env_index)
+        self._done_infos.append(info)
 
     def pop(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes completed since the last call."""
-        out = np.asarray(self._done_returns, np.float32), np.asarray(self._done_lengths, np.int32)
-        self._done_returns, self._done_lengths = [], []
+        ended = self.pop_ended()
+        return ended.returns, ended.lengths
+
+    def pop_ended(self) -> EndedEpisodes:
+        """The episodes completed since the last call (of this or :meth:`pop`)."""
+        out = EndedEpisodes(
+            np.asarray(self._done_returns, np.float32),
+            np.asarray(self._done_lengths, np.int32),
+            np.asarray(self._done_envs, np.int64),
+            self._done_infos,
+        )
+        self._done_returns, self._done_lengths, self._done_envs, self._done_infos = [], [], [], []
         return out
 
 
@@ -162,20 +189,21 @@ class VectorEnv:
         reward = np.empty(n, np.float32)
         terminated = np.empty(n, bool)
         truncated = np.empty(n, bool)
+        infos: list[Any] = [None] * n
         for i, (env, a) in enumerate(zip(self.envs, actions)):
             o, r, te, tr, info = env.step(a.item() if isinstance(self.action_space, gymnasium.spaces.Discrete) else a)
             if not self._checked_step:
                 self._check_obs(o, "step()")
             if self._self_reporting[i] and "episode" in info:
-                self._tally.record(float(info["episode"]["r"]), int(info["episode"]["l"]))
-            reward[i], terminated[i], truncated[i] = r, te, tr
+                self._tally.record(float(info["episode"]["r"]), int(info["episode"]["l"]), i, info)
+            reward[i], terminated[i], truncated[i], infos[i] = r, te, tr, info
             final_obs[i] = o
             if te or tr:
                 o, _ = env.reset()
             next_obs[i] = o
         self._checked_step = True
         ended = terminated | truncated
-        self._tally.add(reward, ended, counted=ended & ~np.asarray(self._self_reporting))
+        self._tally.add(reward, ended, counted=ended & ~np.asarray(self._self_reporting), infos=infos)
         return VectorStep(
             np.stack(next_obs).astype(self._obs_dtype, copy=False),
             reward,
@@ -187,6 +215,10 @@ class VectorEnv:
     def pop_episodes(self) -> tuple[np.ndarray, np.ndarray]:
         """Returns and lengths of the episodes completed since the last call."""
         return self._tally.pop()
+
+    def pop_ended(self) -> EndedEpisodes:
+        """The episodes completed since the last call, with each one's env and last ``info``."""
+        return self._tally.pop_ended()
 
     def close(self) -> None:
         for env in self.envs:

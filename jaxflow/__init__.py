@@ -9,6 +9,7 @@ The engine's parts live in sub-packages: ``api``, ``config``, ``dataflow``, ``op
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import TYPE_CHECKING
 
@@ -17,10 +18,13 @@ from jaxflow._lazy import lazy_exports
 # In a notebook without ipywidgets, importing tqdm.auto (Ray and others do) warns that its widget
 # is missing; jaxflow's progress then prints lines instead (api.writers.progress_display).
 warnings.filterwarnings("ignore", message="IProgress not found", category=Warning)
+# Ray's notebook check logs "Missing packages: ['ipywidgets']" (info) when `import ray` defines its
+# classes' notebook views, before any ray.init could set its logging: quieted here, where it is sure to be first.
+logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
 
 _NAMES_BY_PART: dict[str, str] = {
     "jaxflow.api": (
-        "Algorithm AlgorithmSpec CheckpointError get_algorithm LearnerHooks list_algorithms Program RayProgram "
+        "Algorithm AlgorithmSpec Callbacks CheckpointError get_algorithm LearnerHooks list_algorithms Program RayProgram "
         "register_algorithm RunHooks train WorkerHooks"
     ),
     "jaxflow.config": (
@@ -47,7 +51,7 @@ _NAMES_BY_PART: dict[str, str] = {
         "ReplayRows ReplayShard ReplayShards ReplaySource SumTree"
     ),
     "jaxflow.rollout": (
-        "Batch evaluate_policy HostPostprocess make_vector_envs MultiAgentBatch MultiAgentRolloutWorker "
+        "Batch EpisodeEnd evaluate_policy HostPostprocess make_vector_envs MultiAgentBatch MultiAgentRolloutWorker "
         "PER_ENV_FIELDS RolloutWorker SampleBatch SampleTiming train_arrays WorkerCrashedError WorkerSet "
         "WorkerSpec"
     ),
@@ -68,6 +72,7 @@ __all__ = [
     "BackpressureError",
     "Batch",
     "BroadcastWeights",
+    "Callbacks",
     "CheckpointError",
     "CommonConfig",
     "ComputeGradients",
@@ -83,6 +88,7 @@ __all__ = [
     "DeviceReplay",
     "DeviceSpec",
     "Enqueue",
+    "EpisodeEnd",
     "FlowContext",
     "HostPostprocess",
     "Learner",
@@ -176,6 +182,7 @@ if TYPE_CHECKING:
     from jaxflow.api import (
         Algorithm,
         AlgorithmSpec,
+        Callbacks,
         CheckpointError,
         LearnerHooks,
         Program,
@@ -274,6 +281,7 @@ if TYPE_CHECKING:
     from jaxflow.rollout import (
         PER_ENV_FIELDS,
         Batch,
+        EpisodeEnd,
         HostPostprocess,
         MultiAgentBatch,
         MultiAgentRolloutWorker,

@@ -127,6 +127,10 @@ class MultiAgentConfig(StrictKeywords):
             f"MultiAgentConfig.policies[{pid!r}]: use_lstm=True is not supported in multi-agent runs yet "
             "(their workers step feed-forward policies).",
         )
+        require(  # a policy's run calls no callbacks: refused, not silently dropped
+            not config.callbacks,
+            f"MultiAgentConfig.policies[{pid!r}]: callbacks are not supported in multi-agent runs yet.",
+        )
         return config
 
 

@@ -13,6 +13,7 @@ from jaxflow._lazy import lazy_exports
 
 _NAMES_BY_MODULE: dict[str, str] = {
     "jaxflow.api.algorithm": "Algorithm find_checkpoint load_policy",
+    "jaxflow.api.callbacks": "Callbacks",
     "jaxflow.api.checkpoint": "FORMAT_VERSION CheckpointError latest load_meta save verify",
     "jaxflow.api.checkpoint_state": "restore_state",
     "jaxflow.api.cli": "MODES main",
@@ -30,6 +31,7 @@ _NAMES_BY_MODULE: dict[str, str] = {
 
 if TYPE_CHECKING:
     from jaxflow.api.algorithm import Algorithm, find_checkpoint, load_policy
+    from jaxflow.api.callbacks import Callbacks
     from jaxflow.api.checkpoint import FORMAT_VERSION, CheckpointError, latest, load_meta, save, verify
     from jaxflow.api.checkpoint_state import restore_state
     from jaxflow.api.cli import MODES, main
@@ -60,6 +62,7 @@ __all__ = [
     "STOP_KEYS",
     "Algorithm",
     "AlgorithmSpec",
+    "Callbacks",
     "CheckpointError",
     "CheckpointFiles",
     "ConsoleProgress",

@@ -9,6 +9,7 @@ Algorithms register an :class:`~jaxflow.api.spec.AlgorithmSpec`; jaxflow finds t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -17,6 +18,7 @@ import numpy as np
 
 from jaxflow import envs
 from jaxflow.api import checkpoint, checkpoint_state
+from jaxflow.api.callbacks import RunCallbacks, callback_objects, run_callbacks
 from jaxflow.api.evaluation import PeriodicEvaluation
 from jaxflow.api.program import Program, build_program, resolve_mode
 from jaxflow.api.ray_program import NormalizedState, RayProgram
@@ -30,6 +32,7 @@ from jaxflow.networks.models import describe_module
 from jaxflow.ondevice.program import DeviceProgram
 from jaxflow.ops.metrics import Context
 from jaxflow.policies.policy import Policy
+from jaxflow.rollout.episode_hooks import episode_hooks
 from jaxflow.rollout.evaluation import greedy_env_actions
 from jaxflow.rollout.normalize import Normalizer
 
@@ -47,11 +50,19 @@ class Algorithm:
         >>> algo = Algorithm.restore("runs/ppo")                           # doctest: +SKIP
     """
 
-    def __init__(self, config: Any, spec: AlgorithmSpec | None = None, program: Program | None = None):
+    def __init__(
+        self,
+        config: Any,
+        spec: AlgorithmSpec | None = None,
+        program: Program | None = None,
+        callbacks: Sequence[Any] | None = None,
+    ):
         self.spec = spec or spec_of(config)
         self.config = config
         self.mode = resolve_mode(config, self.spec)
-        self.program: Program = program or build_program(config, self.spec)
+        # The callback objects of config.callbacks, made here unless the caller made them.
+        self.callbacks = RunCallbacks(run_callbacks(config, self.spec, callbacks))
+        self.program: Program = program or build_program(config, self.spec, self.callbacks.objects)
         self._results = self.program.results()
         self._evaluation: PeriodicEvaluation | None = None  # evaluation during training
         if getattr(config, "evaluation_interval", 0):  # multi-agent configs have no such field
@@ -66,15 +77,20 @@ class Algorithm:
 
         ``env`` may be an id or a factory, ``factory(**env_config) -> gymnasium.Env`` (an Env
         class or a function), registered as ``user/<its name>`` (:func:`jaxflow.envs.register_factory`).
+        ``callbacks`` may be an object, a class or a list of them (:mod:`~jaxflow.api.callbacks`):
+        these objects are called, and the config keeps their ``"module:Class"`` names.
         """
         if callable(fields.get("env")):  # an env made in the notebook: registered as user/<its name>
             fields["env"] = envs.register_factory(fields["env"])
         if isinstance(fields.get("model"), nn.Module):  # an instance: stored as its class and fields
             fields["model"], fields["model_config"] = describe_module(fields["model"])
+        objects = None
+        if "callbacks" in fields:  # objects or classes: the config keeps their names
+            fields["callbacks"], objects = callback_objects(fields["callbacks"])
         if isinstance(algorithm, str):
             spec = get_algorithm(algorithm)
-            return cls(make_config(spec.config_cls, **fields), spec)
-        return cls(replace_config(algorithm, **fields) if fields else algorithm)
+            return cls(make_config(spec.config_cls, **fields), spec, callbacks=objects)
+        return cls(replace_config(algorithm, **fields) if fields else algorithm, callbacks=objects)
 
     # What some programs have (a Ray run's learner and workers, a replay run's shards), for
     # tests and notebooks that look inside; None where the program has no such part.
@@ -110,8 +126,9 @@ class Algorithm:
         return int(self.context.counters["training_iteration"])
 
     def train(self) -> dict[str, Any]:
-        """Runs one training iteration and returns its result dict."""
-        self.last_result = next(self._results)
+        """Runs one training iteration and returns its result dict, after the callbacks'
+        ``on_train_result`` (which may add ``custom_metrics`` and ask the run to stop: ``stopped_by``)."""
+        self.last_result = self.callbacks.train_result(self, next(self._results))
         return self.last_result
 
     def finish_evaluations(self, result: dict[str, Any]) -> dict[str, Any]:
@@ -122,7 +139,8 @@ class Algorithm:
         return result if self._evaluation is None else self._evaluation.finish(result)
 
     def save(self, directory: str) -> str:
-        """Writes a checkpoint under ``directory``; returns its path."""
+        """Writes a checkpoint under ``directory``; returns its path, which the callbacks'
+        ``on_checkpoint`` are given."""
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
         meta[IMPORTS_KEY] = imported_modules()  # the user's modules, imported again where it is restored
         recorded = getattr(self.program, "checkpoint_meta", None)  # a device-mode PBT run's best member
@@ -133,24 +151,35 @@ class Algorithm:
         path = checkpoint.save(directory, self.iteration, state, meta, None if files is None else files.save)
         if files is not None:
             files.saved_at(path)
+        self.callbacks.checkpoint(self, path)
         return path
 
     @classmethod
-    def restore(cls, path: str, **overrides: Any) -> Algorithm:
+    def restore(cls, path: str, callbacks: Any = None, **overrides: Any) -> Algorithm:
         """Rebuilds the run saved at ``path``: that checkpoint, or the newest one under a
         directory of them that verifies (see :func:`~jaxflow.api.restore.plan_restore`), after
         importing the user's modules the run imported (``--import``; :mod:`~jaxflow.api.user_modules`).
 
         ``overrides`` may change fields that do not change the learner's state,
         e.g. ``num_workers`` (flat or dotted names); others are refused before anything starts.
+        ``callbacks`` (as :meth:`build` takes them) replace the callbacks the run remembers,
+        which are otherwise made again from their names.
         """
-        return cls.from_plan(plan_restore(path, overrides))
+        plan = plan_restore(path, overrides)
+        if callbacks is None:
+            return cls.from_plan(plan)
+        names, objects = callback_objects(callbacks)
+        return cls.from_plan(plan._replace(config=replace_config(plan.config, callbacks=names)), objects)
 
     @classmethod
-    def from_plan(cls, plan: RestorePlan) -> Algorithm:
-        """Starts the run a :func:`~jaxflow.api.restore.plan_restore` verified and loads it."""
+    def from_plan(cls, plan: RestorePlan, callbacks: Sequence[Any] | None = None) -> Algorithm:
+        """Starts the run a :func:`~jaxflow.api.restore.plan_restore` verified and loads it;
+        ``callbacks``: the objects of its config's ``callbacks`` (else made from their names)."""
+        objects = run_callbacks(plan.config, plan.spec, callbacks, restoring=True)
         program = plan.template.program if plan.template is not None else None
-        algo = cls(plan.config, plan.spec, program)
+        if isinstance(program, DeviceProgram):  # the template, built before the callbacks were known
+            program.episode_hooks = episode_hooks(objects)
+        algo = cls(plan.config, plan.spec, program, objects)
         algo._load_verified(plan.path, plan.meta)
         return algo
 

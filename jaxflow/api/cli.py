@@ -16,7 +16,7 @@ from jaxflow.api.cli_flags import MODES
 from jaxflow.api.interrupts import interruptible, starting_ray
 from jaxflow.api.logdir import check_logdir
 from jaxflow.api.loggers import parse_loggers
-from jaxflow.api.stops import DEFAULT_STOP, DEFAULT_STOP_NOTE, check_ahead, check_reported, parse_stop
+from jaxflow.api.stops import DEFAULT_STOP, DEFAULT_STOP_NOTE, STOPPED_BY, check_ahead, check_reported, parse_stop
 from jaxflow.api.tracker_checks import check_trackers
 from jaxflow.api.user_errors import (
     check_address,
@@ -27,6 +27,10 @@ from jaxflow.api.user_errors import (
     user_errors,
 )
 from jaxflow.api.user_modules import import_modules
+
+PLAYING = ("evaluate", "export")
+"""The commands that play a checkpoint's policy in the user's env without writing a run: an
+error from the env (or a divergence guard) ends them in one line too, status 1."""
 
 __all__ = ["MODES", "main"]
 
@@ -58,8 +62,9 @@ def _train(args: argparse.Namespace) -> int:
         raise
     finally:
         algo.stop()
+    stopped = f" (stopped by {result[STOPPED_BY]})" if result.get(STOPPED_BY) else ""
     print(
-        f"done: iteration {result['training_iteration']}, env steps {result['env_steps_sampled']:,}, "
+        f"done: iteration {result['training_iteration']}{stopped}, env steps {result['env_steps_sampled']:,}, "
         f"episode_return_mean {result['episode_return_mean']:.1f}, {result['time_s']:.1f}s; checkpoints in {logdir}",
         flush=True,
     )
@@ -71,6 +76,7 @@ def _resumed_run(args: argparse.Namespace, resume: str, stop: dict[str, float]) 
     overrides, and ``stop`` checked against its config and counters, before Ray starts; the run
     continued in the run directory it belongs to."""
     from jaxflow.api.algorithm import Algorithm
+    from jaxflow.api.callbacks import run_callbacks
     from jaxflow.api.program import resolve_mode
     from jaxflow.api.restore import plan_restore, run_directory
 
@@ -82,15 +88,17 @@ def _resumed_run(args: argparse.Namespace, resume: str, stop: dict[str, float]) 
         print(f"jaxflow: skipped {why}", flush=True)
     spec, config = plan.spec, plan.config
     mode = resolve_mode(config, spec)
+    callbacks = run_callbacks(config, spec, restoring=True)  # remembered or --set: made before Ray starts
     print(f"jaxflow: resuming {spec.name} from {plan.path}, {_describe(config, mode)}", flush=True)
     _start_ray(args, spec, config, mode)
-    return Algorithm.from_plan(plan), logdir
+    return Algorithm.from_plan(plan, callbacks), logdir
 
 
 def _new_run(args: argparse.Namespace, store: Any, stop: dict[str, float]) -> tuple[Any, str]:
     """``(algorithm, logdir)`` of a new run: its config, ``stop`` keys, env spaces and model
     checked, its storage and logdir claimed, all before Ray starts."""
     from jaxflow.api.algorithm import Algorithm
+    from jaxflow.api.callbacks import run_callbacks
     from jaxflow.api.program import resolve_mode
     from jaxflow.api.spaces import env_spaces
 
@@ -103,6 +111,7 @@ def _new_run(args: argparse.Namespace, store: Any, stop: dict[str, float]) -> tu
         from jaxflow.networks.models import check_model
 
         check_model(config.model)
+    callbacks = run_callbacks(config, spec)  # --set callbacks=MODULE:ATTR, made and checked before Ray starts
     logdir = args.logdir or os.path.join(
         "runs", f"{spec.name.lower()}-{config.env.replace('/', '_')}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
@@ -111,7 +120,7 @@ def _new_run(args: argparse.Namespace, store: Any, stop: dict[str, float]) -> tu
     check_logdir(logdir, args.overwrite)  # refused before anything starts; claimed (or replaced) once the run is built
     print(f"jaxflow: {spec.name} on {config.env}, {_describe(config, mode)}, logdir {logdir}", flush=True)
     _start_ray(args, spec, config, mode)
-    return Algorithm(config, spec), logdir
+    return Algorithm(config, spec, callbacks=callbacks), logdir
 
 
 def _start_ray(args: argparse.Namespace, spec: Any, config: Any, mode: str) -> None:
@@ -289,10 +298,14 @@ def _command(argv: Sequence[str], own_process: bool = False) -> int:
     except Exception as e:  # not SystemExit (--help), which must not import what user_errors() names
         if args is not None and args.debug:  # --debug: the traceback
             raise
-        from jaxflow.api.failures import RUN_FAILURE_STATUS, RunFailure
+        from jaxflow.api.failures import RUN_FAILURE_STATUS, RunFailure, command_failure
 
         if isinstance(e, RunFailure):  # a divergence guard stopped the run: its traceback is in error.log
             print(f"jaxflow: error: {e}", file=sys.stderr)
+            return RUN_FAILURE_STATUS
+        failure = command_failure(e, args.command) if args is not None and args.command in PLAYING else None
+        if failure is not None:  # the user's env (or a guard) stopped an evaluation
+            print(f"jaxflow: error: {failure}", file=sys.stderr)
             return RUN_FAILURE_STATUS
         if not isinstance(e, user_errors()):
             raise

@@ -65,17 +65,32 @@ def run_failure(error: BaseException, what: str, logdir: str) -> RunFailure | No
     """The one-line :class:`RunFailure` for a run (``what``: its algorithm and env) that ``error``
     ended, where a divergence guard did, or the user's code raised it (an env's bug: its file and
     line named); its full traceback is in ``logdir``'s ``error.log``. None for jaxflow's own errors."""
-    guard = guard_error(error)
-    if guard is not None:
-        message, kind = " ".join(str(guard).split()), type(guard).__name__
-    else:
-        found = _raised_by_user(error)
-        if found is None:
-            return None
-        message, kind = found
+    found = _stopped_by(error)
+    if found is None:
+        return None
+    message, kind = found
     log = os.path.join(logdir, ERROR_LOG)
     where = f"the traceback is in {log}" if os.path.exists(log) else "no error.log could be written"
     return RunFailure(f"{what} stopped: {message} ({kind}; {where})")
+
+
+def command_failure(error: BaseException, command: str) -> RunFailure | None:
+    """The one-line :class:`RunFailure` for a command that writes no run (``evaluate``,
+    ``export``) which ``error`` ended, where a divergence guard or the user's code (an env's bug,
+    its file and line named) raised it; None for jaxflow's own errors. ``--debug`` shows the traceback."""
+    found = _stopped_by(error)
+    if found is None:
+        return None
+    message, kind = found
+    return RunFailure(f"{command} stopped: {message} ({kind}; --debug shows the traceback)")
+
+
+def _stopped_by(error: BaseException) -> tuple[str, str] | None:
+    """``(message, type name)`` of the divergence guard or the user's code that raised ``error``, or None."""
+    guard = guard_error(error)
+    if guard is not None:
+        return " ".join(str(guard).split()), type(guard).__name__
+    return _raised_by_user(error)
 
 
 def _raised_by_user(error: BaseException) -> tuple[str, str] | None:

@@ -10,7 +10,7 @@ its own evaluation, and a way to stop. Ray runs (workers + learner + plan), devi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from jaxflow import envs
@@ -67,23 +67,28 @@ class Program(Protocol):
         """Stops the run's threads and actors and waits for them."""
 
 
-def standard_program(config: Any, spec: AlgorithmSpec, mode: str) -> Program:
+def standard_program(config: Any, spec: AlgorithmSpec, mode: str, callbacks: Sequence[Any] = ()) -> Program:
     """The program of an algorithm made of a plan (and optionally a device mode): Ray
-    rollout workers + learner + plan, or rollout and update compiled on the device."""
+    rollout workers + learner + plan, or rollout and update compiled on the device; either
+    calls the ``on_episode_end`` of ``callbacks`` where episodes end."""
     from jaxflow.api.ray_program import RayProgram
     from jaxflow.api.spaces import env_spaces
     from jaxflow.ondevice.program import DeviceProgram
 
     if mode == "device":
         env_spaces(config, spec)  # refused before anything compiles
-        return DeviceProgram(config, spec)
-    return RayProgram(config, spec)
+        return DeviceProgram(config, spec, callbacks)
+    return RayProgram(config, spec, callbacks)
 
 
-def build_program(config: Any, spec: AlgorithmSpec) -> Program:
+def build_program(config: Any, spec: AlgorithmSpec, callbacks: Sequence[Any] = ()) -> Program:
     """The program ``config`` runs: the algorithm's own, or the standard one in the mode
-    :func:`resolve_mode` chooses."""
-    return (spec.run.program or standard_program)(config, spec, resolve_mode(config, spec))
+    :func:`resolve_mode` chooses (given the run's ``callbacks``; a program of its own calls
+    only those ``Algorithm`` calls)."""
+    mode = resolve_mode(config, spec)
+    if spec.run.program is not None:
+        return spec.run.program(config, spec, mode)
+    return standard_program(config, spec, mode, callbacks)
 
 
 def resolve_mode(config: Any, spec: AlgorithmSpec) -> str:

@@ -7,14 +7,16 @@ import concurrent.futures
 import functools
 import logging
 import os
+import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium
 import jax
 
 from jaxflow import envs
+from jaxflow.api.interrupts import python_sigterm_again
 from jaxflow.api.program import CheckpointFiles
 from jaxflow.api.spaces import env_spaces
 from jaxflow.api.spec import AlgorithmSpec
@@ -29,6 +31,7 @@ from jaxflow.learn.learner import Learner
 from jaxflow.learn.schedules import bind_loss, learner_optimizer
 from jaxflow.policies.policy import Policy
 from jaxflow.replay.local import replay_in_driver
+from jaxflow.rollout.episode_hooks import episode_hooks
 from jaxflow.rollout.evaluation import Evaluator, evaluate_policy
 from jaxflow.rollout.normalize import Normalizer, normalizer_init
 from jaxflow.rollout.postprocess import example_train_batch
@@ -48,14 +51,15 @@ class NormalizedState(NamedTuple):
 class RayProgram:
     """Workers + learner + plan: the learner in this process, rollout workers as Ray actors
     (or in this process with ``num_workers=0``), replay shards where the algorithm has them,
-    and the algorithm's ``plan`` over them.
+    and the algorithm's ``plan`` over them. The workers call the ``on_episode_end`` of those of
+    ``callbacks`` that have one (their copies, sent with the ``WorkerSpec``).
 
     Example:
         >>> program = RayProgram(PPOConfig(env="CartPole-v1"), get_algorithm("PPO"))  # doctest: +SKIP
         >>> next(program.results())["env_steps_sampled"]                             # doctest: +SKIP
     """
 
-    def __init__(self, config: Any, spec: AlgorithmSpec):
+    def __init__(self, config: Any, spec: AlgorithmSpec, callbacks: Sequence[Any] = ()):
         self.config, self.spec = config, spec
         if spec.plan is None:
             raise ConfigError(f"{spec.name} has no plan: it runs as its own program.")
@@ -68,6 +72,9 @@ class RayProgram:
             init_ray()
             self.learner = LearnerGroup(make_learner, config.num_learners, learner_placement(config))
         ship_by_value(self.policy.network)  # a user's own model, from a module the workers may not import
+        episodic = tuple(c for c in callbacks if episode_hooks([c]))  # only what the workers call travels
+        for callback in episodic:
+            ship_by_value(callback)
         worker_spec = WorkerSpec(
             config,
             self.policy,
@@ -75,6 +82,7 @@ class RayProgram:
             spec.loss if spec.workers.gradients else None,
             spec.workers.encode,
             spec.workers.explore,
+            episodic,
         )
         if needs_ray(config, spec):
             init_ray()
@@ -230,6 +238,15 @@ RAY_ADDRESS_VARIABLE = "RAY_ADDRESS"
 """The environment variable naming a Ray cluster to join (Ray's own); ``init_ray``'s ``address`` comes first."""
 OWN_RAY = "local"
 """``ray.init``'s address for a new local Ray of this process's own."""
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+AUTH_DEFAULT_NOTICE = re.compile(r"Token authentication is enabled for this Ray cluster\. Set RAY_AUTH_MODE=disabled")
+"""Ray's warning, on every start of a local Ray, that its default (token authentication) is on."""
+
+
+def _not_auth_default_notice(record: logging.LogRecord) -> bool:
+    """Drops :data:`AUTH_DEFAULT_NOTICE` (a logging filter); Ray's other authentication messages,
+    its errors and the warning that authentication is off, pass."""
+    return not AUTH_DEFAULT_NOTICE.match(record.getMessage())
 
 
 def needs_ray(config: Any, spec: AlgorithmSpec) -> bool:
@@ -256,12 +273,14 @@ def init_ray(address: str | None = None) -> str | None:
     # hook warns about any fork once its threads run; nothing runs between the fork and the
     # exec, so the warning is noise (it reached every notebook that started Ray).
     warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)  # "Missing packages: ipywidgets" in notebooks
     if ray.is_initialized():
         return None
     from_environment = os.environ.get(RAY_ADDRESS_VARIABLE) or None
     chosen = (from_environment if address in (None, "auto") else address) or address or OWN_RAY
+    # Ray turns token authentication on for a new local Ray, its default, and says so on every start.
+    logging.getLogger(RAY_AUTH_LOGGER).addFilter(_not_auth_default_notice)
     context = ray.init(address=chosen, include_dashboard=False, logging_level=logging.WARNING)
+    python_sigterm_again()  # no stack dump of Ray's on SIGTERM (a notebook kernel's shutdown)
     if chosen == OWN_RAY:
         return None
     joined = getattr(context, "address_info", {}).get("gcs_address") or chosen

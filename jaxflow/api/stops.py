@@ -28,6 +28,9 @@ STOP_KEYS = (
     EVALUATION + "episode_return_mean",
 )
 """What a run can stop on; ``evaluation/...`` (with ``evaluation_interval`` set) once an evaluation reports it."""
+STOPPED_BY = "stopped_by"
+"""The result key naming what asked a run to stop besides its conditions: a callback whose
+``on_train_result`` returned True (:mod:`jaxflow.api.callbacks`); :func:`should_stop` then holds."""
 COUNTER_KEYS = ("training_iteration", "env_steps_sampled", "time_s")
 """Stop keys that only grow from 0: a bound at or below 0 would stop after the first iteration,
 and a resumed run's bound at or below its own count after the next one."""
@@ -110,7 +113,10 @@ def check_ahead(stop: Mapping[str, float], counters: Mapping[str, Any], checkpoi
 
 def should_stop(result: Mapping[str, Any], stop: Mapping[str, float]) -> bool:
     """True once any stop condition is met (``result[key] >= value``; a nested key such as
-    ``evaluation/episode_return_mean`` where that result has it)."""
+    ``evaluation/episode_return_mean`` where that result has it), or a callback asked the run to
+    stop (the result names it under :data:`STOPPED_BY`)."""
+    if result.get(STOPPED_BY):
+        return True
     for key, bound in stop.items():
         value: Any = result
         for part in key.split("/"):

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxflow.api.stops import STOPPED_BY
 from jaxflow.config.constants import ENV_STEPS_SAMPLED
 
 
@@ -130,9 +131,12 @@ class ConsoleProgress:
             f"return {ret:7.1f}  {result.get('env_steps_per_s', 0):>8,.0f} steps/s  {result['time_s']:6.1f}s"
         )
         evaluated = [_evaluated(e) for e in result.get("evaluations", ())]
+        stopped = [f"stopped by {result[STOPPED_BY]}"] if result.get(STOPPED_BY) else []  # a callback's stop
         if not self._tty:
-            print("  ".join([line, *evaluated]), flush=True)
+            print("  ".join([line, *evaluated, *stopped]), flush=True)
             return
+        for said in stopped:
+            self._bar.write(said)
         self._evaluated = evaluated[-1] if evaluated else self._evaluated
         if self._key:
             now = float(result[self._key])

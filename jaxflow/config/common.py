@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import ClassVar, Literal
 
 from jaxflow.config.constants import MAX_EVALUATION_EPISODES, MAX_SEED
@@ -22,6 +23,10 @@ MAX_LAYER_WIDTH = 2**15
 layer of it holds 2**30 float32 weights (4 GiB, three times that with Adam's moments). Far
 wider than any published RL network; a typo (``hidden_sizes=64000000``) fails here, not as
 an out-of-memory error once the run has started."""
+
+CALLBACK_NAME = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[\w.<>]+$")
+"""A name ``callbacks`` holds: ``module:Attr``, Attr a dotted path in the module (a class made
+inside a function has ``<locals>`` in its path: it is known only to the process that made it)."""
 
 LEARNER_GROUP_SUPPORT = "PPO, A2C, IMPALA, APPO, DQN, Ape-X and Rainbow"
 """Where ``num_learners > 1`` trains, as a refusal names it (each config's ``learner_group``)."""
@@ -117,9 +122,22 @@ class CommonConfig(StrictKeywords):
     """Float fields that follow a piecewise-linear schedule over optimizer steps, e.g.
     ``{"lr": [[0, 3e-4], [100000, 0.0]], "ent_coef": [[0, 0.01], [50000, 0.0]]}``
     (see :mod:`jaxflow.config.schedules`)."""
+    callbacks: tuple[str, ...] = ()
+    """Your hooks into the run, called in order: ``"module:Attr"`` names of classes (made with no
+    arguments) or objects with any of ``on_train_result(algo, result)``, ``on_checkpoint(algo,
+    path)`` and ``on_episode_end(episode)`` (see ``jaxflow.Callbacks``), e.g.
+    ``--import my_metrics --set callbacks=my_metrics:Metrics``; ``Algorithm.build(callbacks=...)``
+    takes the classes or objects themselves and stores their names here."""
 
     def __post_init__(self) -> None:
         validate(self)
+        bad = [n for n in self.callbacks if not CALLBACK_NAME.match(n)]
+        require(
+            not bad,
+            f"{type(self).__name__}.callbacks takes 'module:Attr' names (e.g. my_metrics:Metrics), got {bad[0]!r}."
+            if bad
+            else "",
+        )
         self._validate_sweep()
         self._validate_pbt()
         validate_schedules(self)

@@ -22,7 +22,7 @@ update equals the single-device update on the same batch.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -47,6 +47,7 @@ from jaxflow.ondevice.spec import num_device_envs
 from jaxflow.ondevice.state import AnakinState, state_shardings
 from jaxflow.ondevice.update import replay_update
 from jaxflow.ops.report import ReportMetrics
+from jaxflow.rollout.episode_hooks import episode_hooks
 from jaxflow.rollout.normalize import Normalizer
 
 Array = jax.Array
@@ -61,10 +62,12 @@ class DeviceProgram:
         >>> out = program.call()       # host metrics of K iterations                         # doctest: +SKIP
     """
 
-    def __init__(self, config: Any, spec: Any):
+    def __init__(self, config: Any, spec: Any, callbacks: Sequence[Any] = ()):
         if spec.run.device is None:
             raise ConfigError(f"{spec.name} has no on-device mode; use mode='ray'.")
         self.config, self.spec, self.device = config, spec, spec.run.device
+        self.episode_hooks = episode_hooks(callbacks)
+        """The ``on_episode_end`` of ``callbacks``: called on the host after each call, once per ended episode."""
         self.env, self.env_params = envs.make(config.env, **config.env_config)
         obs_space = to_gymnasium_space(self.env.observation_space(self.env_params))
         action_space = to_gymnasium_space(self.env.action_space(self.env_params))

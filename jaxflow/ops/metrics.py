@@ -20,6 +20,7 @@ from jaxflow.config.constants import NUM_UPDATES as NUM_UPDATES
 from jaxflow.config.constants import NUM_WEIGHT_SYNCS as NUM_WEIGHT_SYNCS
 from jaxflow.config.constants import TRAINING_ITERATION as TRAINING_ITERATION
 from jaxflow.dataflow.context import FlowContext
+from jaxflow.rollout.episode_hooks import EpisodeMetrics, summarize
 
 
 class EpisodeWindow:
@@ -81,10 +82,13 @@ class Context(FlowContext):
     member_names: Sequence[str] = ()
     episodes: EpisodeWindow = dataclasses.field(init=False)
     members: list[EpisodeWindow] = dataclasses.field(init=False)
+    episode_metrics: EpisodeMetrics = dataclasses.field(init=False)
+    """The ``on_episode_end`` metrics of the episodes ended since the last result (not checkpointed)."""
 
     def __post_init__(self) -> None:
         self.episodes = EpisodeWindow(self.num_episodes)
         self.members = [EpisodeWindow(self.num_episodes) for _ in self.member_names]
+        self.episode_metrics = {}
 
     def record_episodes(self, returns: Any, lengths: Any, member: int | None = None) -> None:
         """Adds ended episodes to the run's window (and to ``member``'s, for several agents)."""
@@ -92,11 +96,23 @@ class Context(FlowContext):
         if member is not None:
             self.members[member].record(returns, lengths)
 
+    def record_episode_metrics(self, metrics: EpisodeMetrics | None) -> None:
+        """Adds the ``on_episode_end`` metrics of ended episodes to this iteration's."""
+        for name, values in (metrics or {}).items():
+            self.episode_metrics.setdefault(name, []).extend(values)
+
+    def pop_custom_metrics(self) -> dict[str, float]:
+        """This iteration's episode metrics summarized (``<name>_mean``, ``_min``, ``_max``),
+        and a new iteration's started."""
+        metrics, self.episode_metrics = self.episode_metrics, {}  # one swap: samplers on threads record on
+        return summarize(metrics)
+
     def merge_into(self, other: FlowContext) -> None:
         """Adds this context's counts and episodes to ``other`` (for union of plans)."""
         super().merge_into(other)
         if isinstance(other, Context):
             other.episodes.extend(self.episodes)
+            other.record_episode_metrics(self.episode_metrics)
 
     def episode_stats(self) -> dict[str, float]:
         """The run's episode statistics: its window's, or with several members the means of

@@ -17,6 +17,7 @@ from jaxflow.config.constants import (
 )
 from jaxflow.dataflow.iterators import LocalIterator
 from jaxflow.ops.metrics import Context
+from jaxflow.rollout.episode_hooks import CUSTOM_METRICS
 from jaxflow.rollout.worker_set import WorkerSet
 
 
@@ -87,4 +88,7 @@ def results(ctx: Context, workers: WorkerSet | None, steps_this_iter: int, secon
     }
     if ctx.member_names:
         out["members"] = ctx.member_results()
+    custom = ctx.pop_custom_metrics()
+    if custom:  # what on_episode_end callbacks returned, over the episodes that ended since the last result
+        out[CUSTOM_METRICS] = custom
     return out

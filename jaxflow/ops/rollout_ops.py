@@ -18,13 +18,15 @@ from jaxflow.rollout.worker_set import WorkerSet
 
 
 class RecordSampled(Operator):
-    """Counts a batch's env steps and episodes in the plan's metrics (used by ``ParallelRollouts``),
-    and adds up the workers' :class:`~jaxflow.rollout.batch.SampleTiming` under ``info["sampler"]``
-    (seconds since the plan started: sampling, of which env steps and waiting for the policy)."""
+    """Counts a batch's env steps and episodes (and their ``on_episode_end`` metrics) in the plan's
+    metrics (used by ``ParallelRollouts``), and adds up the workers'
+    :class:`~jaxflow.rollout.batch.SampleTiming` under ``info["sampler"]`` (seconds since the
+    plan started: sampling, of which env steps and waiting for the policy)."""
 
     def __call__(self, batch: SampleBatch | GradientsResult, ctx: Context) -> Any:
         ctx.counters[ENV_STEPS_SAMPLED] += batch.env_steps
         ctx.record_episodes(batch.episode_returns, batch.episode_lengths)
+        ctx.record_episode_metrics(batch.episode_metrics)
         if batch.timing is not None:
             totals = ctx.info.setdefault("sampler", dict.fromkeys(SampleTiming._fields, 0.0))
             for name, seconds in batch.timing._asdict().items():

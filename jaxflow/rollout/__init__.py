@@ -11,6 +11,7 @@ from jaxflow.rollout.batch import (
     sum_timings,
     train_arrays,
 )
+from jaxflow.rollout.episode_hooks import EpisodeEnd
 from jaxflow.rollout.evaluation import evaluate_policies, evaluate_policy, evaluation_seed, summarize_returns
 from jaxflow.rollout.guards import DivergenceError, EnvValueError, PolicyOutputError
 from jaxflow.rollout.multiagent import MultiAgentBatch, MultiAgentRolloutWorker, MultiAgentWorkerSpec
@@ -27,6 +28,7 @@ __all__ = [
     "Batch",
     "DivergenceError",
     "EnvValueError",
+    "EpisodeEnd",
     "GradientsResult",
     "HostNormalizer",
     "HostPostprocess",

@@ -12,6 +12,7 @@ import numpy as np
 from jaxflow.dataflow.stored_rows import StoredRows
 from jaxflow.policies.sequences import STARTS_FIELD, STATE_FIELD
 from jaxflow.replay.buffer import ReplayRows
+from jaxflow.rollout.episode_hooks import EpisodeMetrics, merge_metrics
 
 if TYPE_CHECKING:
     from jaxflow.replay.replayed import ReplaySource
@@ -93,6 +94,8 @@ class SampleBatch(NamedTuple):
     """Learner version of the weights that acted."""
     timing: SampleTiming | None = None
     """Where the worker's time went while it sampled this fragment (None where not measured)."""
+    episode_metrics: EpisodeMetrics | None = None
+    """What ``on_episode_end`` callbacks returned for the episodes that ended in it (None: nothing)."""
 
     @property
     def num_samples(self) -> int:
@@ -149,6 +152,7 @@ class SampleBatch(NamedTuple):
             np.concatenate([b.episode_lengths for b in batches]),
             min(b.weights_version for b in batches),
             sum_timings([b.timing for b in batches]),
+            merge_metrics(b.episode_metrics for b in batches),
         )
 
 
@@ -197,3 +201,5 @@ class GradientsResult(NamedTuple):
     weights_version: int
     timing: SampleTiming | None = None
     """The worker's time sampling the fragment (not computing its gradients)."""
+    episode_metrics: EpisodeMetrics | None = None
+    """The fragment's ``on_episode_end`` metrics (see :class:`SampleBatch`)."""

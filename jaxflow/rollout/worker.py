@@ -15,9 +15,11 @@ from jaxflow import envs
 from jaxflow.config.constants import worker_seed
 from jaxflow.dataflow import placement
 from jaxflow.dataflow.iterators import _call
+from jaxflow.envs.vector import EndedEpisodes
 from jaxflow.policies.policy import Policy, compiled_acting, compiled_forward
 from jaxflow.policies.sequences import STATE_FIELD
 from jaxflow.rollout.batch import GradientsResult, SampleBatch, SampleTiming
+from jaxflow.rollout.episode_hooks import EpisodeEnd, EpisodeMetrics, call_episode_hooks, episode_hooks
 from jaxflow.rollout.guards import PolicyOutputError, bad_output_message
 from jaxflow.rollout.memory import EnvMemory
 from jaxflow.rollout.normalize import HostNormalizer, Normalizer
@@ -36,6 +38,8 @@ class WorkerSpec:
     ``loss(params, batch, rng, *, policy, config)`` lets it compute gradients (A3C);
     ``explore(rng, dist_inputs, config, worker_index, env_steps) -> (actions, logp)`` picks
     actions in place of the policy's own host sampler (DQN: epsilon-greedy on Q-values).
+    ``callbacks``: the run's callback objects; the worker calls the ``on_episode_end`` of those
+    that have one for each episode that ends (:mod:`jaxflow.rollout.episode_hooks`).
     """
 
     config: Any
@@ -44,6 +48,7 @@ class WorkerSpec:
     loss: Callable[..., Any] | None = None
     encode: Callable[..., Any] | None = None
     explore: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
+    callbacks: tuple[Any, ...] = ()
 
 
 class Rollout(NamedTuple):
@@ -55,6 +60,7 @@ class Rollout(NamedTuple):
     lengths: np.ndarray
     version: int
     timing: SampleTiming
+    episode_metrics: EpisodeMetrics | None = None
 
 
 class RolloutWorker:
@@ -85,6 +91,7 @@ class RolloutWorker:
         )
         self._encode = spec.encode
         self._explore = spec.explore
+        self._episode_hooks = episode_hooks(spec.callbacks)
         self._key = jax.random.PRNGKey(seed)
         self._rng = np.random.default_rng(seed)
         first = [env.reset() for env in self.envs]
@@ -155,7 +162,9 @@ class RolloutWorker:
         timing = rollout.timing
         if self._ahead is None:  # postprocessing included
             timing = timing._replace(sample_s=time.perf_counter() - start)
-        return SampleBatch(traj, rollout.env_steps, rollout.returns, rollout.lengths, rollout.version, timing)
+        return SampleBatch(
+            traj, rollout.env_steps, rollout.returns, rollout.lengths, rollout.version, timing, rollout.episode_metrics
+        )
 
     def _rollout(self) -> Rollout:
         """Steps the envs for one fragment with the weights in hand when it starts."""
@@ -164,9 +173,22 @@ class RolloutWorker:
         loop = FragmentLoop(self, params)
         traj = loop.run()
         self.env_steps += loop.steps
-        returns, lengths = (np.concatenate(x) for x in zip(*(env.pop_episodes() for env in self.envs)))
+        ended = [env.pop_ended() for env in self.envs]
+        returns, lengths = np.concatenate([e.returns for e in ended]), np.concatenate([e.lengths for e in ended])
+        metrics = self._call_episode_hooks(ended) if self._episode_hooks else None
         timing = SampleTiming(time.perf_counter() - start, loop.env_watch.seconds, loop.policy_watch.seconds)
-        return Rollout(traj, loop.steps, returns, lengths, version, timing)
+        return Rollout(traj, loop.steps, returns, lengths, version, timing, metrics)
+
+    def _call_episode_hooks(self, ended: Sequence[EndedEpisodes]) -> EpisodeMetrics | None:
+        """The callbacks' ``on_episode_end`` on each episode of the fragment's groups of envs
+        (``ended``, group by group), an env's index counted across the worker's groups."""
+        width = self.envs[0].num_envs
+        episodes = [
+            EpisodeEnd(self.index, g * width + int(env), float(r), int(n), info)
+            for g, group in enumerate(ended)
+            for r, n, env, info in zip(group.returns, group.lengths, group.env_indices, group.infos)
+        ]
+        return call_episode_hooks(self._episode_hooks, episodes) or None
 
     def choose_actions(self, inputs: np.ndarray, values: np.ndarray, env_step: int) -> tuple[np.ndarray, np.ndarray]:
         """Actions and their log-probabilities for a group of envs from the policy's outputs on
@@ -204,6 +226,7 @@ class RolloutWorker:
             batch.episode_lengths,
             batch.weights_version,
             batch.timing,
+            batch.episode_metrics,
         )
 
     def run_chain(self, method: str, fns: Sequence[Callable[..., Any]]) -> Any:

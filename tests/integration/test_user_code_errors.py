@@ -1,7 +1,7 @@
 """A bug in the user's own env ends ``jaxflow train`` in one line naming the file and line of
 the user's code that raised it, exit status 1, with the traceback (that file and line too) in the
 run's error.log: on a Ray worker, whose traceback would otherwise stay in its process, as in the
-driver's process."""
+driver's process; ``jaxflow evaluate`` of a checkpoint ends alike, in one line."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import pytest
 from jaxflow.api import cli
 
 MODULE = "buggy_envs_under_test"
+FROM_THE_START = "JAXFLOW_TESTS_BUGGY_FROM_THE_START"
+"""Set: the env raises at its 5th step (in evaluate, here), else at its ``at_step``."""
 ENV = "me/BuggyPole-v0"
 SOURCE = f'''
+import os
+
 import gymnasium
 
 from jaxflow import envs
@@ -26,7 +30,7 @@ class Buggy(gymnasium.Wrapper):
 
     def step(self, action):
         self.steps += 1
-        if self.steps == self.at_step:
+        if self.steps == (5 if os.environ.get("{FROM_THE_START}") else self.at_step):
             raise ValueError(f"my env bug at step {{self.steps}}")
         return self.env.step(action)
 
@@ -70,3 +74,18 @@ def test_a_bug_in_the_users_env_is_named_by_file_and_line(ray_local, tmp_path, c
     if num_workers:  # what the Python API raises: a WorkerError, a ValueError too, naming the file and line
         raised = "WorkerError[ValueError]: ParallelRollouts: actor 0 raised ValueError('my env bug at step 40') at "
         assert f"{raised}{buggy_module}:{BUG_LINE} in step\n" in log
+
+
+def test_a_bug_in_the_users_env_ends_evaluate_in_one_line(ray_local, tmp_path, capsys, buggy_module, monkeypatch):
+    logdir = str(tmp_path / "run")
+    trained = ["train", "--import", MODULE, "--algo", "PPO", "--env", ENV, "--num-workers", "0", "--quiet"]
+    trained += ["--set", 'env_config={"at_step": 1000000}']  # no bug while it trains
+    assert cli.main([*trained, *TINY[:-3], "--stop", "training_iteration=1", "--logdir", logdir]) == 0
+    monkeypatch.setenv(FROM_THE_START, "1")
+    status = cli.main(["evaluate", "--checkpoint", logdir, "--episodes", "2"])
+    err = capsys.readouterr().err
+    assert status == 1 and "Traceback" not in err, err[-3000:]
+    assert err.splitlines()[-1] == (
+        f"jaxflow: error: evaluate stopped: my env bug at step 5 at {buggy_module}:{BUG_LINE} in step "
+        "(ValueError; --debug shows the traceback)"
+    )
