@@ -29,6 +29,7 @@ from flax import struct
 from gymnax.environments import spaces
 from gymnax.environments.environment import Environment
 
+from jaxflow.envs.mujoco_warnings import quiet_model_deprecations
 from jaxflow.envs.registry import BRAX_PREFIX
 
 BACKENDS = ("generalized", "mjx", "positional", "spring")
@@ -69,6 +70,7 @@ def _brax_envs() -> Any:
     # optional, for GPUs): keep that out of `jaxflow list` and every run's output.
     with contextlib.redirect_stdout(io.StringIO()):
         import brax.envs
+    quiet_model_deprecations()  # brax's half_cheetah.xml, as gymnasium's
     return brax.envs
 
 

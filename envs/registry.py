@@ -32,6 +32,7 @@ import gymnasium
 
 from jaxflow.envs.flatten import flatten_observations
 from jaxflow.envs.integer_actions import discrete_actions
+from jaxflow.envs.mujoco_warnings import is_mujoco_env, quiet_model_deprecations
 from jaxflow.envs.popgym_envs import POPGYM_GYMNASIUM_PREFIX, POPGYM_PREFIX, popgym_class, popgym_ids
 from jaxflow.envs.user_envs import REGISTERED, REGISTERED_MULTIAGENT, EnvContext, EnvEntry, PlainFactory
 
@@ -211,6 +212,8 @@ def _refuse_multiagent(e: EnvEntry) -> None:
 def _gymnasium_factory(env_id: str) -> Callable[..., gymnasium.Env]:
     def factory(context: EnvContext, **kwargs: Any) -> gymnasium.Env:
         del context
+        if is_mujoco_env(env_id):  # before its model compiles: not one deprecation line per env copy
+            quiet_model_deprecations()
         return gymnasium.make(env_id, **kwargs)
 
     return factory

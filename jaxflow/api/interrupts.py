@@ -137,9 +137,9 @@ def sigterm_raises() -> Iterator[None]:
 @contextlib.contextmanager
 def starting_ray() -> Iterator[None]:
     """Around ``ray.init`` inside a :func:`sigterm_raises` block: Ray installs its own SIGTERM
-    handlers while it starts (``sys.exit(15)``, then in its driver a stack dump and an abort);
-    a SIGTERM in between is raised as :class:`Interrupted`, and once Ray is up the block's
-    handler is installed again."""
+    handlers while it starts (``sys.exit(15)``; once connected, a stack dump before it, which
+    :func:`python_sigterm_again` takes away); a SIGTERM in between is raised as
+    :class:`Interrupted`, and once Ray is up the block's handler is installed again."""
     try:
         yield
     except SystemExit as e:
@@ -148,6 +148,17 @@ def starting_ray() -> Iterator[None]:
         raise Interrupted(signal.SIGTERM) from None
     if _is_main_thread() and _RAISING_BLOCKS[0] > 0:
         signal.signal(signal.SIGTERM, _raise_on_sigterm)
+
+
+def python_sigterm_again() -> None:
+    """Puts Python's SIGTERM handler back in front of the one Ray's core worker installs as this
+    process connects (absl's failure handler, which prints a stack dump of ~10-60 lines on every
+    SIGTERM, as ``timeout`` or a notebook kernel's shutdown sends, before it calls Python's). Python's
+    handler, Ray's own (``sys.exit``) or a command's, then runs alone. Only SIGTERM: a real crash
+    (SIGSEGV, SIGABRT) keeps absl's dump. In the main thread only, where Python's handlers live."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if _is_main_thread() and handler is not None:
+        signal.signal(signal.SIGTERM, handler)
 
 
 _RAISING_BLOCKS = [0]

@@ -55,6 +55,31 @@ def imported_modules() -> list[str]:
     return list(_IMPORTED)
 
 
+def module_roots(names: Sequence[str]) -> list[str]:
+    """The folders this process imported the modules ``names`` from (each one's ``sys.path``
+    entry: ``/a`` for ``pkg.mod`` in ``/a/pkg/mod.py``), for another process on this machine whose
+    path lacks them (a Tune trial of a Ray that did not inherit ``PYTHONPATH``)."""
+    roots: list[str] = []
+    for name in names:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if not file:
+            continue
+        root = os.path.dirname(os.path.abspath(file))
+        depth = name.count(".") + (os.path.basename(file) == "__init__.py")
+        for _ in range(depth):
+            root = os.path.dirname(root)
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+def import_from(names: Sequence[str], roots: Sequence[str]) -> None:
+    """:func:`import_modules` in another process: ``roots`` (:func:`module_roots`) added to the
+    end of its path first, where they exist, so its own path keeps precedence."""
+    sys.path.extend(r for r in roots if os.path.isdir(r) and r not in sys.path)
+    import_modules(names)
+
+
 def remembered(path: str, meta: Mapping[str, Any]) -> list[str]:
     """The modules checkpoint ``path``'s ``meta`` remembers ([] for a checkpoint of a run that
     imported none, or written before they were remembered); a value that is not a list of module

@@ -25,6 +25,7 @@ def video_env(config: Any, seed: int) -> Any:
     if kind != "gymnasium":
         raise ConfigError(f"--video records gymnasium and ALE environments; {config.env!r} is a {kind} environment.")
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # pygame's renderers need no sound card
+    os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")  # nor a display (no XDG_RUNTIME_DIR error)
     env = envs.make_cpu(config.env, envs.EnvContext(seed=seed), **dict(config.env_config, render_mode=RENDER_MODE))
     if RENDER_MODE not in env.metadata.get("render_modes", ()):
         env.close()

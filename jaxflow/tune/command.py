@@ -1,5 +1,6 @@
 """``jaxflow tune``: every input checked before Ray starts, the experiment run with Tune's own
-output silenced, then one table of the trials and the best trial's checkpoint."""
+output silenced, a line per trial as it ends, then one table of the trials and the best trial's
+checkpoint."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from jaxflow.api.cli_args import overrides
+from jaxflow.api.interrupts import starting_ray
 from jaxflow.api.outputs import TUNE, claim_output
 from jaxflow.api.registry import get_algorithm
 from jaxflow.api.retention import BEST_FILE
@@ -18,7 +20,15 @@ from jaxflow.api.spaces import env_spaces
 from jaxflow.api.stops import check_reported, parse_stop
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.parsing import parse_value, with_overrides
-from jaxflow.tune.experiment import best_checkpoint, make_scheduler, results_table, trials, tuner
+from jaxflow.tune.experiment import (
+    TrialLines,
+    best_checkpoint,
+    describe_error,
+    make_scheduler,
+    results_table,
+    trials,
+    tuner,
+)
 from jaxflow.tune.search import search_space
 from jaxflow.tune.trainable import placement_for
 
@@ -60,22 +70,48 @@ def run(args: argparse.Namespace) -> int:
         f"{', '.join(args.search) or 'the fixed settings'}, scheduler {args.scheduler}, logdir {logdir}",
         flush=True,
     )
-    joined = init_ray(args.address)
+    with starting_ray():  # a SIGTERM then ends the command in one line, not in Ray's stack dump
+        joined = init_ray(args.address)
     if joined is not None:
         print(f"jaxflow: joined the Ray cluster at {joined}", flush=True)
     check_trial_fits(placement_for(config, spec).required_resources)
-    with _quiet_tune():
-        results = tuner(
-            spec.name, fixed, dims, args.num_samples, scheduler, stop, logdir, args.checkpoint_every, args.max_failures
-        ).fit()
-    print(results_table(results, [d.field for d in dims], stop), flush=True)
+    fields = [d.field for d in dims]
+    experiment = tuner(
+        spec.name,
+        fixed,
+        dims,
+        args.num_samples,
+        scheduler,
+        stop,
+        logdir,
+        args.checkpoint_every,
+        args.max_failures,
+        callbacks=[TrialLines(fields, stop)],  # a line per trial as it ends
+    )
+    results = _fit(experiment)
+    print(results_table(results, fields, stop), flush=True)
     for r in trials(results):
         if r.error is not None:
-            print(f"jaxflow: trial {r.metrics.get('trial_id', r.path)} failed: {_first_line(r.error)}", flush=True)
+            print(f"jaxflow: trial {r.metrics.get('trial_id', r.path)} failed: {describe_error(r.error)}", flush=True)
     best = best_checkpoint(results, logdir)
     if best is not None:
         print(f"best: trial {best['trial']}, return {best['score']:.1f}, checkpoint {best['checkpoint']} ({BEST_FILE})")
     return 1 if results.errors else 0
+
+
+def _fit(experiment: Any) -> Any:
+    """The Tuner ``experiment``'s results, Tune's console output off (:func:`_quiet_tune`). A signal
+    that stops it (Ctrl-C; SIGTERM, raised as one by :func:`~jaxflow.api.interrupts.sigterm_raises`)
+    shuts Ray down before it ends the command: Tune's exit hook would otherwise wait 60 s to delete
+    its keys from a Ray GCS that the same signal stopped (``timeout`` signals the whole process group)."""
+    try:
+        with _quiet_tune():
+            return experiment.fit()
+    except KeyboardInterrupt:
+        import ray
+
+        ray.shutdown()
+        raise
 
 
 @contextlib.contextmanager
@@ -106,7 +142,3 @@ def check_trial_fits(need: dict[str, float]) -> None:
             f"has { ({name: have.get(name, 0) for name in short}) } in all; set fewer --num-workers (0: "
             "sampling in the trial's process) or add nodes."
         )
-
-
-def _first_line(error: Any) -> str:
-    return next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)

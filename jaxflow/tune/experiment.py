@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ray import tune
+from ray import cloudpickle, tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, PopulationBasedTraining
 
 from jaxflow.api import checkpoint
@@ -145,10 +145,7 @@ def results_table(results: Any, fields: Sequence[str], stop: Mapping[str, float]
         rows.append(
             [
                 str(r.metrics.get("trial_id", "?")),
-                *(
-                    f"{r.config.get(f):.4g}" if isinstance(r.config.get(f), float) else str(r.config.get(f))
-                    for f in fields
-                ),
+                *(searched_value(r.config.get(f)) for f in fields),
                 f"{returns[-1]:.1f}" if returns else "-",
                 f"{max(returns):.1f}" if returns else "-",
                 str(r.metrics.get("training_iteration", 0)),
@@ -157,6 +154,68 @@ def results_table(results: Any, fields: Sequence[str], stop: Mapping[str, float]
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+class TrialLines(tune.Callback):
+    """One line per trial as it ends, while the others run (Tune's own output is off): its id,
+    searched ``fields``, last :data:`METRIC`, iterations, status (as :func:`results_table`'s,
+    judged by ``stop``) and jaxflow checkpoint; or its error (:func:`describe_error`)."""
+
+    def __init__(self, fields: Sequence[str], stop: Mapping[str, float]):
+        self.fields, self.stop = list(fields), dict(stop)
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        result = trial.last_result
+        score = result.get(METRIC)
+        print(
+            f"jaxflow: trial {trial.trial_id} {'done' if should_stop(result, self.stop) else 'cut'}: "
+            f"{self._searched(trial)}return {f'{score:.1f}' if _finite(score) else '-'}, "
+            f"{result.get('training_iteration', 0)} iterations, checkpoint {_jaxflow_checkpoint(trial.checkpoint)}",
+            flush=True,
+        )
+
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        print(
+            f"jaxflow: trial {trial.trial_id} failed: {self._searched(trial)}"
+            f"{trial.last_result.get('training_iteration', 0)} iterations: {describe_error(_trial_error(trial))}",
+            flush=True,
+        )
+
+    def _searched(self, trial: Any) -> str:
+        return "".join(f"{f}={searched_value(trial.config.get(f))}, " for f in self.fields)
+
+
+def searched_value(value: Any) -> str:
+    """A searched field's value as the table and the trial lines show it (floats to 4 digits)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def describe_error(error: Any) -> str:
+    """A trial's error in one line: the error raised in the trial's process (a Ray task error's
+    ``cause``: Ray's own first line names only the actor), its type and its message's first line."""
+    cause = getattr(error, "cause", None) or error
+    said = next((line.strip() for line in str(cause).splitlines() if line.strip()), "")
+    return f"{type(cause).__name__}: {said}" if isinstance(cause, BaseException) else said
+
+
+def _trial_error(trial: Any) -> Any:
+    """The error that just ended ``trial``: the exception Tune pickled in the trial's folder on this
+    machine (its copy in the experiment's storage comes later), else Tune's text of it."""
+    path = trial.pickled_error_file
+    if path and os.path.exists(path):
+        with open(path, "rb") as f:
+            return cloudpickle.load(f)
+    return trial.get_error()
+
+
+def _jaxflow_checkpoint(found: Any) -> str:
+    """The jaxflow checkpoint inside Tune's checkpoint ``found`` (its folder where none verifies; ``-``: none)."""
+    if found is None:
+        return "-"
+    try:
+        return checkpoint.search(found.path, warn=False).path
+    except checkpoint.CheckpointError:
+        return found.path
 
 
 def trials(results: Any) -> list[Any]:

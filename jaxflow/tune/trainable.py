@@ -17,6 +17,7 @@ from jaxflow.api.algorithm import Algorithm
 from jaxflow.api.program import resolve_mode
 from jaxflow.api.registry import get_algorithm, spec_of
 from jaxflow.api.spec import AlgorithmSpec
+from jaxflow.api.user_modules import import_from, imported_modules, module_roots
 from jaxflow.config.names import make_config, replace_config
 from jaxflow.dataflow.placement import Placement
 from jaxflow.rollout.worker_set import worker_placement
@@ -37,6 +38,8 @@ class JaxflowTrainable(tune.Trainable):
     _algorithm: ClassVar[Any] = None
     _spec: ClassVar[AlgorithmSpec]
     _fixed: ClassVar[dict[str, Any]] = {}
+    _imports: ClassVar[list[str]] = []
+    _import_roots: ClassVar[list[str]] = []
 
     @classmethod
     def run_config(cls, config: dict[str, Any]) -> Any:
@@ -52,6 +55,9 @@ class JaxflowTrainable(tune.Trainable):
 
     def setup(self, config: dict[str, Any]) -> None:
         quiet_trial_logs()
+        # The user's modules (--import): their envs and models registered in this process too,
+        # and remembered by the trial's checkpoints, as a `jaxflow train` run's are.
+        import_from(self._imports, self._import_roots)
         self.algo = Algorithm(self.run_config(config), self._spec)
 
     def step(self) -> dict[str, Any]:
@@ -103,7 +109,9 @@ def skip_written_checkpoints(storage: Any) -> None:
 
 def trainable(algorithm: str | Any, **fixed: Any) -> type[JaxflowTrainable]:
     """A Tune trainable running ``algorithm`` (a name or a config object) with ``fixed``
-    settings (flat or dotted names); each trial's config adds the searched ones.
+    settings (flat or dotted names); each trial's config adds the searched ones. The user's
+    modules imported so far (``--import``, :func:`~jaxflow.api.import_modules`) are imported in
+    each trial's process too.
 
     Example:
         >>> from ray import tune
@@ -120,7 +128,15 @@ def trainable(algorithm: str | Any, **fixed: Any) -> type[JaxflowTrainable]:
         make_config(spec.config_cls, **fixed)  # a bad setting fails here, not in every trial
     else:
         replace_config(algorithm, **fixed)
-    attributes = {"_algorithm": algorithm, "_spec": spec, "_fixed": dict(fixed), "__module__": __name__}
+    imports = imported_modules()
+    attributes = {
+        "_algorithm": algorithm,
+        "_spec": spec,
+        "_fixed": dict(fixed),
+        "_imports": imports,
+        "_import_roots": module_roots(imports),
+        "__module__": __name__,
+    }
     return type(spec.name, (JaxflowTrainable,), attributes)
 
 

@@ -15,7 +15,13 @@ import pytest
 BENCHMARKS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "benchmarks")
 BUDGETS = {"quickstart": 6_000, "custom_plan": 3_000, "compare_runs": 10_000}
 """Env steps per run: enough for every cell to run (a few iterations), not to learn."""
-NOISE = ("os.fork() was called", "IProgress not found", "Traceback")
+NOISE = (
+    "os.fork() was called",
+    "IProgress not found",
+    "Missing packages",
+    "Token authentication is enabled",
+    "Traceback",
+)
 
 
 def _stored_outputs():

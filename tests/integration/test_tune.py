@@ -36,7 +36,7 @@ def test_asha_cuts_weak_cartpole_trials_and_the_best_checkpoint_restores(ray_loc
     logdir = str(tmp_path / "asha")
     assert cli.main([*ASHA_RUN, "--logdir", logdir]) == 0
     out = capsys.readouterr().out
-    table = out[out.index("trial ") :].splitlines()
+    table = out[out.index("\ntrial ") + 1 :].splitlines()  # after the line each trial printed as it ended
     rows = {float(r.split()[1]): r.split() for r in table[1:5]}  # lr -> trial, lr, last, best, iterations, status
     assert sorted(rows) == [1e-7, 1e-6, 0.001, 0.003]
     for lr in WEAK_LRS:  # below the bar at the first cut: stopped there, 4 of 8 iterations
