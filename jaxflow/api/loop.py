@@ -54,9 +54,8 @@ def train(
     receives a copy of ``logdir``'s run after every checkpoint and at the end; a new run
     refuses a storage that holds one unless ``overwrite``.
 
-    ``stop`` is checked as the command line checks it, before anything is written: a key the
-    run never reports (an ``evaluation/`` key without ``evaluation_interval``) and a counter's
-    bound that ``algo`` has reached already (it would train one iteration past it) are refused.
+    ``stop`` is checked as the command line checks it: a key the run never reports (an
+    ``evaluation/`` key without ``evaluation_interval``) and a bound ``algo`` has reached are refused.
 
     Called in the main thread, a SIGINT (Ctrl-C) or SIGTERM lets the iteration in flight finish,
     saves it, closes the writers and raises :class:`~jaxflow.api.interrupts.TrainingInterrupted`
@@ -64,9 +63,7 @@ def train(
     (:mod:`~jaxflow.api.interrupts`). A failure's traceback is appended to ``logdir``'s ``error.log``;
     a failure before the first iteration starts (opening the writers) leaves nothing in ``logdir``.
     """
-    loggers = _checked_arguments(stop, loggers, checkpoint_every, keep_checkpoints, storage, logdir)
-    check_reported(stop, algo.config)  # as the command line checks: a key never reported would train forever
-    check_ahead(stop, algo.context.counters, f"this Algorithm, at iteration {algo.iteration}")
+    loggers = _checked_arguments(algo, stop, loggers, checkpoint_every, keep_checkpoints, storage, logdir)
     store = Storage(storage) if isinstance(storage, str) else storage
     if store is not None and algo.iteration == 0:
         store.claim(overwrite)  # before the local logdir is touched: a refused run changes nothing
@@ -190,6 +187,7 @@ def _newest_checkpoint(logdir: str | None) -> str | None:
 
 
 def _checked_arguments(
+    algo: Algorithm,
     stop: Mapping[str, float],
     loggers: Sequence[str],
     checkpoint_every: int,
@@ -202,6 +200,8 @@ def _checked_arguments(
     if not stop:
         raise ConfigError(f"train() needs at least one stop condition out of {list(STOP_KEYS)}.")
     check_stop(stop)
+    check_reported(stop, algo.config)  # as the command line checks: a key never reported would train forever
+    check_ahead(stop, algo.context.counters, f"this Algorithm, at iteration {algo.iteration}")
     parsed = parse_loggers(",".join(loggers)) if loggers else ()
     if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ConfigError(f"checkpoint_every must be an int >= 0 (0: at the end only), got {checkpoint_every!r}.")
