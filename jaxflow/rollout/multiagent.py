@@ -52,6 +52,11 @@ class MultiAgentBatch(NamedTuple):
     def replay_source(self) -> None:
         return None
 
+    @property
+    def episode_metrics(self) -> None:
+        """None: a multi-agent run takes no callbacks, so no ``on_episode_end`` metrics come with it."""
+        return None
+
     def train_arrays(self) -> dict[str, Any]:
         raise TypeError("a MultiAgentBatch trains policy by policy: select one policy's batch first (SelectPolicy)")
 
