@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
+from cli_process import jaxflow_process
 
 from jaxflow import Algorithm
 from jaxflow.api import cli
@@ -144,22 +143,15 @@ class Metrics:
     def on_train_result(self, algo, result):
         result["custom_metrics"]["from_module"] = 7.0
 """
-CLI_TIMEOUT_S = 300
-
-
-def _jaxflow(cwd, argv: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "jaxflow.api.cli", *argv], cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
-    )
 
 
 def test_cli_callbacks_are_remembered_by_resume(tmp_path):
     (tmp_path / f"{MODULE}.py").write_text(SOURCE)
     run = str(tmp_path / "run")
     argv = ["train", "--import", MODULE, "--set", f"callbacks={MODULE}:Metrics", *TINY, "--logdir", run]
-    done = _jaxflow(tmp_path, [*argv, "--stop", "training_iteration=1"])
+    done = jaxflow_process(tmp_path, [*argv, "--stop", "training_iteration=1"])
     assert done.returncode == 0, done.stderr[-3000:]
-    resumed = _jaxflow(tmp_path, ["train", "--resume", run, "--stop", "training_iteration=2", "--quiet"])
+    resumed = jaxflow_process(tmp_path, ["train", "--resume", run, "--stop", "training_iteration=2", "--quiet"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows = [json.loads(line) for line in open(os.path.join(run, "progress.jsonl"), encoding="utf-8")]
     assert [r["training_iteration"] for r in rows] == [1, 2]

@@ -9,7 +9,8 @@ import json
 import os
 import re
 import subprocess
-import sys
+
+from cli_process import jaxflow_process
 
 from jaxflow.api import checkpoint
 from jaxflow.api.user_modules import IMPORTS_KEY
@@ -35,16 +36,13 @@ TUNE += ["--set", "train_batch_size=128", "--set", "minibatch_size=64", "--set",
 TRIAL_LINE = re.compile(
     r"^jaxflow: trial (\S+) done: lr=(\S+), return (\S+), (\d+) iterations, checkpoint (\S+)$", re.MULTILINE
 )
-CLI_TIMEOUT_S = 300
 
 
 def _jaxflow(root, argv: list[str]) -> subprocess.CompletedProcess:
     """``jaxflow ARGV`` in a new process run in ``root``, with the module's folder (``root/mods``)
     on its ``PYTHONPATH`` and nowhere else: the session's Ray, whose trial processes do not get
     that ``PYTHONPATH``, is joined through ``RAY_ADDRESS``."""
-    env = {**os.environ, "PYTHONPATH": str(root / "mods")}
-    command = [sys.executable, "-m", "jaxflow.api.cli", *argv]
-    return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    return jaxflow_process(root, argv, str(root / "mods"))
 
 
 def test_each_trial_is_said_as_it_ends_and_remembers_the_users_module(ray_local, tmp_path):

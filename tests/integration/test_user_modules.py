@@ -6,11 +6,11 @@ verify: the checkpoint is intact."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
+from cli_process import jaxflow_process
 
 from jaxflow import Algorithm
 from jaxflow.api.user_modules import IMPORTS_KEY, MissingNameError
@@ -34,7 +34,6 @@ register_model("{MODEL}", lambda num_outputs: MLPActorCritic(num_outputs, (8,)))
 '''
 TINY = ["--num-workers", "0", "--set", "rollout_fragment_length=32", "--set", "train_batch_size=64"]
 TINY += ["--set", "minibatch_size=32", "--set", "num_envs_per_worker=2", "--set", f"model={MODEL}"]
-CLI_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +52,7 @@ def trained(tmp_path_factory):
 def _jaxflow(root, argv: list[str], module_on_path: bool = True) -> subprocess.CompletedProcess:
     """``jaxflow ARGV`` in a new process run in ``root`` (not the module's folder), with the
     module's folder on ``PYTHONPATH`` where ``module_on_path``."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if module_on_path:
-        env["PYTHONPATH"] = str(root / "mods")
-    return subprocess.run(
-        [sys.executable, "-m", "jaxflow.api.cli", *argv],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
+    return jaxflow_process(root, argv, str(root / "mods") if module_on_path else "")
 
 
 def test_the_run_remembers_its_imports(trained):
