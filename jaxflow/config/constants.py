@@ -35,6 +35,10 @@ STARTUP_TIMEOUT_S = 180.0
 ACTOR_STOP_TIMEOUT_S = 30.0
 """How long stopping waits for killed actors to be gone."""
 
+GRACEFUL_EXIT_S = 3.0
+"""How long stopping waits for rollout workers asked to exit (after the call in hand) before it
+kills those still there."""
+
 THREAD_JOIN_TIMEOUT_S = 30.0
 """How long stopping waits for a plan's background threads."""
 

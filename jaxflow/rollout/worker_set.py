@@ -13,7 +13,7 @@ from typing import Any
 import ray
 
 from jaxflow import envs
-from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
+from jaxflow.config.constants import ACTOR_STOP_TIMEOUT_S, GRACEFUL_EXIT_S, MAX_START_ATTEMPTS, STARTUP_TIMEOUT_S
 from jaxflow.config.fields import ConfigError
 from jaxflow.config.groups import RolloutConfig
 from jaxflow.dataflow.actors import Done, first_line, jax_actor
@@ -244,13 +244,15 @@ class WorkerSet:
         for h in slots:
             if isinstance(h, _InDriver):
                 h.worker.close()
+        # Asked to exit first, after the call in hand (weights being set, a fragment being
+        # sampled): a kill while the actor waits for a call's arguments makes the raylet log a
+        # "Failed to send wait complete" error into the user's console or notebook.
         for h in actors:
+            h.__ray_terminate__.remote()
+        lingering = _still_there(actors, GRACEFUL_EXIT_S)
+        for h in lingering:
             ray.kill(h, no_restart=True)
-        for h in actors:
-            try:
-                ray.get(h.ping.remote(), timeout=ACTOR_STOP_TIMEOUT_S)
-            except ray.exceptions.RayError:
-                pass
+        _still_there(lingering, ACTOR_STOP_TIMEOUT_S)
 
 
 def worker_placement(rollout: RolloutConfig) -> Placement:
@@ -283,3 +285,11 @@ def _check_gpus(num_workers: int, per_worker: float) -> None:
             f"GPUs but the Ray cluster has {have:g}; set num_gpus_per_worker=0 to act on the workers' CPUs"
             + (f", or at most {have / num_workers:g} for the workers to share the GPUs there are." if have else ".")
         )
+
+
+def _still_there(actors: list[Any], timeout_s: float) -> list[Any]:
+    """The actors that still answer a ping after ``timeout_s`` (all waited for together); the
+    others have exited (their pings failed)."""
+    pings = [h.ping.remote() for h in actors]
+    ready, _ = ray.wait(pings, num_returns=len(pings), timeout=timeout_s)
+    return [h for h, p in zip(actors, pings) if p not in ready]

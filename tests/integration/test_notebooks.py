@@ -92,6 +92,8 @@ def test_a_notebook_runs_and_shows_a_plot(name, tmp_path):
     if differ:
         pytest.fail(
             f"notebooks/{name}.ipynb: cell(s) at index {differ} now give outputs of other kinds than stored "
-            f"({[fresh_kinds[i] for i in differ]}, stored {[stored_kinds[i] for i in differ]}): {stored_outputs.RERUN_HINT}",
+            f"({[fresh_kinds[i] for i in differ]}, stored {[stored_kinds[i] for i in differ]}; streams now: "
+            f"{[o.get('text', '') for i in differ for o in nb.cells[i].outputs if o.output_type == 'stream']}): "
+            f"{stored_outputs.RERUN_HINT}",
             pytrace=False,
         )
