@@ -195,7 +195,7 @@ class Learner:
         for row in np.asarray(idx):
             state, metrics = self._step(device_batch, state, row, shards)
             steps.append(metrics)
-        if fraction is not None:
+        if fraction:
             state = self._move_target(state, np.float32(fraction))
         # Stacked on the device: nothing here waits for the steps to finish.
         return state, summarize_metrics(jax.tree_util.tree_map(lambda *m: jnp.stack(m), *steps), self._num_epochs)
@@ -233,13 +233,18 @@ class Learner:
         with self._lock:
             self._target_rule, self._target_moved_at = (target_update_period, tau), self._version
 
+    def _no_move(self) -> float | None:
+        """With a target network, a move by 0 (exactly the target it was): then the update that
+        moves it is the same compiled function (None compiled it again at the first move)."""
+        return None if self.state.target_params is None else 0.0
+
     def _target_fraction_due(self, steps: int) -> float | None:
         if self._target_rule is None:
-            return None
+            return self._no_move()
         period, tau = self._target_rule
         since = self._version + steps - self._target_moved_at
         if since < period:
-            return None
+            return self._no_move()
         self._target_moved_at, self.target_updates = self._version + steps, self.target_updates + 1
         return target_fraction(tau, since)
 
@@ -254,7 +259,7 @@ class Learner:
         """Compiles the update for ``batch``'s shapes by running it on a copy of the state
         (the result is dropped), so the first real update starts at full speed."""
         state = jax.device_put(self.state, self._replicated, may_alias=False)
-        jax.block_until_ready(self._run(state, self.put_batch(batch)))
+        jax.block_until_ready(self._run(state, self.put_batch(batch), self._no_move()))
 
     def apply_gradients(self, grads: Any) -> None:
         grads = jax.device_put(grads, self._replicated)

@@ -462,14 +462,21 @@ def test_a_followed_target_moves_inside_the_update_it_falls_due_in():
         Learner(target_loss, optax.adam(0.1), params, minibatch_size=2, target_network=True) for _ in range(2)
     )
     folded.follow_target(target_update_period=10, tau=0.1)
-    moves = []
+    moves, targets = [], []
     for _ in range(4):  # 4 steps per update: due after the 3rd (12 steps) and not after the 4th (4 more)
         folded.update(batch)
         apart.update(batch)
         moves.append(folded.target_updates)
+        targets.append(np.asarray(folded.get_state().target_params["w"]))
         if apart.version == 12:
             apart.update_target(1 - 0.9**12)
     assert moves == [0, 0, 1, 1]
+    # Updates that move nothing leave the target bit for bit (a move by 0), and the update that
+    # moves it is the same compiled function: compiled once, not again at the first move.
+    np.testing.assert_array_equal(targets[0], np.asarray(params["w"]))
+    np.testing.assert_array_equal(targets[1], targets[0])
+    np.testing.assert_array_equal(targets[3], targets[2])
+    assert folded.loop == "scan" and folded._update._cache_size() == 1
     jax.tree.map(np.testing.assert_allclose, folded.get_state().target_params, apart.get_state().target_params)
     jax.tree.map(np.testing.assert_allclose, folded.get_state().params, apart.get_state().params)
     assert not np.allclose(folded.get_state().target_params["w"], params["w"])  # it moved
