@@ -104,10 +104,15 @@ def ray_cluster():
 
 
 def runs_first(item: pytest.Item) -> bool:
-    """A learning test, or one on the multi-node cluster (``ray_cluster``, whose module's learning
-    tests run first): kept next to those, its module's tests share one cluster, where split by
-    the rest they would start and stop a second one (and the session's Ray again)."""
-    return item.get_closest_marker("learning") is not None or "ray_cluster" in getattr(item, "fixturenames", ())
+    """A learning test, one that checks a learning test's run (``shares_learning_run``: kept
+    beside it, one process makes the run for both), or one on the multi-node cluster
+    (``ray_cluster``, whose module's learning tests run first): kept next to those, its module's
+    tests share one cluster, where split by the rest they would start and stop a second one
+    (and the session's Ray again)."""
+    ordered_first = ("learning", "shares_learning_run")
+    if any(item.get_closest_marker(name) is not None for name in ordered_first):
+        return True
+    return "ray_cluster" in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

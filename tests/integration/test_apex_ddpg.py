@@ -50,7 +50,10 @@ def test_apex_ddpg_runs_its_three_subflows(ray_local):
     algo = Algorithm.build(
         "APEX_DDPG",
         env="Pendulum-v1",
-        num_workers=2,
+        # One actor: the three sub-flows (store, replay and learn, weight sync) run alike with
+        # more, and each actor is a process that takes seconds to start; the actors' several
+        # noise scales are measured above, on real workers.
+        num_workers=1,
         num_envs_per_worker=2,
         learning_starts=200,
         random_steps=200,

@@ -63,8 +63,13 @@ def test_device_mode_steps_gymnax_with_the_rescaled_sample():
     check_fragment(policy, params, traj["obs"], traj["actions"], traj["logp"], traj["rewards"])
 
 
+SMALL_PPO = dict(train_batch_size=256, minibatch_size=128)
+"""A quarter of PPO's batch (1,024): one iteration still trains on Box actions and moves the policy,
+all the save/restore test asks of it."""
+
+
 def test_a_box_policy_trains_saves_restores_and_evaluates(ray_local, tmp_path):
-    algo = Algorithm.build("PPO", env="Pendulum-v1", num_workers=1, seed=0)
+    algo = Algorithm.build("PPO", env="Pendulum-v1", num_workers=1, seed=0, **SMALL_PPO)
     try:
         result = algo.train()
         algo.save(str(tmp_path))
@@ -99,7 +104,7 @@ def test_on_the_device_the_target_moves_by_polyak_averaging_and_a_resume_is_bit_
         iterations_per_call=2,
         learning_starts=64,
         train_batch_size=32,
-        samples_per_insert=32.0,
+        samples_per_insert=8.0,  # 8 SGD steps an iteration (not 32): enough to move the critics and the targets
         hidden_sizes=(32, 32),
         min_env_steps_per_iteration=0,
         seed=0,
@@ -133,8 +138,10 @@ def test_on_the_device_the_target_moves_by_polyak_averaging_and_a_resume_is_bit_
 
 
 def test_mujoco_half_cheetah_trains_with_sac_on_ray_workers(ray_local):
-    small = dict(learning_starts=256, train_batch_size=64, samples_per_insert=64.0, hidden_sizes=(32, 32))
-    algo = Algorithm.build("SAC", env="HalfCheetah-v5", num_workers=1, min_env_steps_per_iteration=512, **small)
+    # Half an iteration to fill the replay buffer, the other half trained on: MuJoCo's env on a
+    # worker and SAC's update on its 6-dimensional actions, each met at least once.
+    small = dict(learning_starts=128, train_batch_size=64, samples_per_insert=64.0, hidden_sizes=(32, 32))
+    algo = Algorithm.build("SAC", env="HalfCheetah-v5", num_workers=1, min_env_steps_per_iteration=256, **small)
     try:
         assert algo.policy.distribution.action_shape == (6,)
         result = algo.train()

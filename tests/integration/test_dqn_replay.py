@@ -3,9 +3,11 @@ replay shard restored from the last checkpoint, the learner thread and its queue
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -39,28 +41,71 @@ SMALL = dict(
 )
 
 
-def test_replay_is_checkpointed_with_the_learner_and_resumed(ray_local, tmp_path):
-    algo = Algorithm.build("DQN", **SMALL)
+SHARDS = 2
+"""Shard actors of :func:`sharded_run`: one to kill and restart, one that lives on."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedRun:
+    """What :func:`sharded_run` saw: its checkpoint and the shards' sizes around it, and its
+    results after shard 1 was killed."""
+
+    path: str
+    steps_at_save: int
+    sizes_at_save: list[int]
+    sizes_before_kill: list[int]
+    after_kill: list[dict[str, Any]]
+    num_restarts: int
+    restored_sizes: dict[int, int]
+
+
+@pytest.fixture(scope="module")
+def sharded_run(ray_local, tmp_path_factory) -> ShardedRun:
+    """One DQN run on two shard actors that restart (``on_worker_failure="restart"``): two
+    iterations, a checkpoint, two more, shard 1 killed, two more. The two tests that each
+    trained such a run share it: ``test_replay_is_checkpointed_with_the_learner_and_resumed``
+    restores its checkpoint, ``test_killed_replay_shard_restarts_from_the_last_checkpoint``
+    checks what the kill left."""
+    algo = Algorithm.build("DQN", num_replay_shards=SHARDS, on_worker_failure="restart", **SMALL)
     try:
-        for _ in range(3):
+        for _ in range(2):
             algo.train()
-        sizes = [s["size"] for s in algo.replay.stats()]
-        path = algo.save(str(tmp_path))
-        steps = algo.last_result["env_steps_sampled"]
+        path = algo.save(str(tmp_path_factory.mktemp("sharded_run")))
+        steps_at_save = algo.last_result["env_steps_sampled"]
+        sizes_at_save = [s["size"] for s in algo.replay.stats()]
+        for _ in range(2):
+            algo.train()
+        sizes_before_kill = [s["size"] for s in algo.replay.stats()]
+        ray.kill(algo.replay.actors[1], no_restart=True)
+        after_kill = [algo.train() for _ in range(2)]
+        return ShardedRun(
+            path,
+            steps_at_save,
+            sizes_at_save,
+            sizes_before_kill,
+            after_kill,
+            algo.replay.num_restarts,
+            algo.replay.restored_sizes,
+        )
     finally:
         algo.stop()
-    assert sizes[0] > 0
+
+
+def test_replay_is_checkpointed_with_the_learner_and_resumed(sharded_run):
+    sizes, path = sharded_run.sizes_at_save, sharded_run.path
+    assert all(size > 0 for size in sizes)
     meta = json.load(open(os.path.join(path, "meta.json")))
-    assert meta["replay_shards"] == [{"size": sizes[0], "capacity": 20_000}]
-    restored = Algorithm.restore(str(tmp_path))
+    capacity = SMALL["buffer_size"] // SHARDS  # the buffer split evenly over the shards
+    assert meta["replay_shards"] == [{"size": size, "capacity": capacity} for size in sizes]
+    restored = Algorithm.restore(path)
     try:
         assert [s["size"] for s in restored.replay.stats()] == sizes
         assert restored.learner.state.target_params is not None
         result = restored.train()
-        assert result["env_steps_sampled"] > steps and result["num_updates"] > 0
+        assert result["env_steps_sampled"] > sharded_run.steps_at_save and result["num_updates"] > 0
     finally:
         restored.stop()
-    assert path.endswith("checkpoint_000003")
+    assert path.endswith("checkpoint_000002")
 
 
 def assert_same_state(a: dict, b: dict) -> None:
@@ -133,7 +178,9 @@ def test_learner_thread_plans_replay_from_the_driver_process_when_asked(ray_loca
     algo = Algorithm.build(
         algo_name,
         env="CartPole-v1",
-        num_workers=2,
+        # One actor: its fragments reach the driver's replay by the same store subflow as
+        # several actors' would, and each actor is a process that takes seconds to start.
+        num_workers=1,
         num_replay_shards=1,
         replay_in_driver=True,
         learning_starts=200,
@@ -156,28 +203,18 @@ def test_learner_thread_plans_replay_from_the_driver_process_when_asked(ray_loca
     assert results[-1]["num_updates"] > results[-2]["num_updates"] > 0, [r["num_updates"] for r in results]
 
 
-def test_killed_replay_shard_restarts_from_the_last_checkpoint(ray_local, tmp_path):
-    algo = Algorithm.build("DQN", num_replay_shards=2, on_worker_failure="restart", **SMALL)
-    try:
-        for _ in range(2):
-            algo.train()
-        algo.save(str(tmp_path))
-        saved = [s["size"] for s in algo.replay.stats()]
-        for _ in range(2):
-            algo.train()
-        assert algo.replay.stats()[1]["size"] > saved[1]  # more was stored after the checkpoint
-        ray.kill(algo.replay.actors[1], no_restart=True)
-        results = [algo.train() for _ in range(2)]
-        assert algo.replay.num_restarts == 1
-        assert algo.replay.restored_sizes == {1: saved[1]}
-        assert results[-1]["env_steps_sampled"] > results[0]["env_steps_sampled"]
-        assert results[-1]["num_updates"] > results[0]["num_updates"]
-    finally:
-        algo.stop()
+def test_killed_replay_shard_restarts_from_the_last_checkpoint(sharded_run):
+    saved, results = sharded_run.sizes_at_save, sharded_run.after_kill
+    assert sharded_run.sizes_before_kill[1] > saved[1]  # more was stored after the checkpoint
+    assert sharded_run.num_restarts == 1
+    assert sharded_run.restored_sizes == {1: saved[1]}
+    assert results[-1]["env_steps_sampled"] > results[0]["env_steps_sampled"]
+    assert results[-1]["num_updates"] > results[0]["num_updates"]
 
 
 def test_killed_replay_shard_raises_by_default(ray_local):
-    algo = Algorithm.build("DQN", num_replay_shards=2, **SMALL)
+    # One shard actor: the one killed is named whether or not another lives beside it.
+    algo = Algorithm.build("DQN", num_replay_shards=1, **SMALL)
     try:
         algo.train()
         ray.kill(algo.replay.actors[0], no_restart=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import operator
 import time
+from collections.abc import Iterator
 
 import jax
 import numpy as np
@@ -37,6 +38,10 @@ TOLERANCE = 1e-5
 
 PPO_BATCH = 1024  # PPO's train batch with num_workers=0
 PPO_UPDATES = 32  # a group update per iteration: 8 epochs x 4 minibatches of PPO_BATCH samples
+PPO_ITERATIONS = 1
+"""Iterations of the two-learner PPO run before its checkpoint: one group update is what its
+counts check (the restored run's iteration is a second, from the restored state); a second
+iteration before the save would only sample 1024 more steps and repeat the update."""
 
 TWO_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 """Each learner process with 2 CPU devices, as on a host with 2 accelerators."""
@@ -160,13 +165,13 @@ def test_a_ppo_run_with_two_learners_trains_checkpoints_and_restores(ray_local, 
     algo = Algorithm.build("PPO", num_workers=0, num_learners=2, seed=0)
     try:
         assert len(algo.program.learner.node_ids()) == 2
-        result = train(algo, {"training_iteration": 2}, verbose=False)
+        result = train(algo, {"training_iteration": PPO_ITERATIONS}, verbose=False)
         path = algo.save(str(tmp_path))
         saved = algo.program.learner.get_weights()
     finally:
         algo.stop()
-    assert result["env_steps_sampled"] == result["env_steps_trained"] == 2 * PPO_BATCH, result
-    assert algo.program.learner.version == 2 * PPO_UPDATES
+    assert result["env_steps_sampled"] == result["env_steps_trained"] == PPO_ITERATIONS * PPO_BATCH, result
+    assert algo.program.learner.version == PPO_ITERATIONS * PPO_UPDATES
     restored = Algorithm.restore(path)
     try:
         for want, have in zip(
@@ -209,25 +214,37 @@ def random_dqn_batch(n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     }
 
 
-def replayed_straight_to_the_group(group: LearnerGroup, single, rng: np.random.Generator) -> None:
+def replayed_straight_to_the_group(shards: ReplayShards, group: LearnerGroup, single) -> None:
     """A replay shard actor hands a learner group a reference to a replayed batch (its rows
     and importance weights stay in the shard's object store until the processes fetch them),
     and the update equals one learner's on the same rows."""
-    shards = ReplayShards(1, capacity=256, alpha=0.6, seed=0)
-    try:
-        ray.get(shards.actors[0].add.remote(random_dqn_batch(256, rng)))
-        replayed = next(iter(ParallelReplay(shards, 128, beta=0.4, to_learner=group)))
-        assert isinstance(replayed.data, StoredRows) and replayed.num_samples == 128
-        rows = ray.get(replayed.data.refs[0])
-        np.testing.assert_array_equal(rows["weights"], replayed.weights)
-        expected, got = single.update(rows), group.update(replayed.train_arrays())
-        np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
-        assert group.version == single.version
-    finally:
-        shards.stop()
+    replayed = next(iter(ParallelReplay(shards, 128, beta=0.4, to_learner=group)))
+    assert isinstance(replayed.data, StoredRows) and replayed.num_samples == 128
+    rows = ray.get(replayed.data.refs[0])
+    np.testing.assert_array_equal(rows["weights"], replayed.weights)
+    expected, got = single.update(rows), group.update(replayed.train_arrays())
+    np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
+    assert group.version == single.version
 
 
 APEX_PLACEMENT = Placement(num_cpus=0.5)
+REPLAY_SEED = 2
+"""The seed of the replay shard's random transitions (the tests' own batches use 1)."""
+
+
+@pytest.fixture(scope="module")
+def replay_shard(ray_local) -> Iterator[ReplayShards]:
+    """One replay shard actor holding 256 random DQN transitions (no rate limiter), started
+    once for both of Ape-X's group tests below, as their learner processes are (a shard is a
+    process of its own, seconds of importing JAX): each test replays a batch of its own from it
+    (:func:`replayed_straight_to_the_group`); no test writes to it, so what one replayed
+    changes nothing the other checks."""
+    shards = ReplayShards(1, capacity=256, alpha=0.6, seed=0)
+    try:
+        ray.get(shards.actors[0].add.remote(random_dqn_batch(256, np.random.default_rng(REPLAY_SEED))))
+        yield shards
+    finally:
+        shards.stop()
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +268,7 @@ def group_in(processes, make_learner, monkeypatch) -> LearnerGroup:
 
 @pytest.mark.parametrize("shuffle_devices", [None, 2], ids=["whole", "flat"])
 def test_group_update_with_a_target_network_equals_single_process_update(
-    apex_learner_processes, monkeypatch, shuffle_devices
+    apex_learner_processes, replay_shard, monkeypatch, shuffle_devices
 ):
     """Ape-X's learner in a group, fed as ``ToDevice`` feeds it (each process's rows put in the
     object store ahead): per-sample TD errors (the new priorities) in the global batch's order,
@@ -276,7 +293,7 @@ def test_group_update_with_a_target_network_equals_single_process_update(
         assert group.target_updates == single.target_updates == updates // 2
         np.testing.assert_allclose(got["td_error"], expected["td_error"], atol=TOLERANCE)
         assert got["mean_q"] == pytest.approx(expected["mean_q"], abs=TOLERANCE)
-    replayed_straight_to_the_group(group, single, rng)
+    replayed_straight_to_the_group(replay_shard, group, single)
     want, have = single.get_state(), group.get_state()
     for a, b in zip(jax.tree_util.tree_leaves(want.target_params), jax.tree_util.tree_leaves(have.target_params)):
         np.testing.assert_allclose(b, a, atol=TOLERANCE)
