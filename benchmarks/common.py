@@ -221,3 +221,29 @@ def save_figure(fig: Any, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def own_venv(venv: str, batches: Sequence[Sequence[str]], log: Callable[[str], None]) -> str:
+    """The Python of a peer library's virtual environment at ``venv``, made (``--clear``) when
+    it is missing or lacks one of the ``name==version`` pins in ``batches``; each batch is one
+    ``pip install``, in order (a first batch can keep pip from choosing a heavier build of a
+    dependency, e.g. torch's CPU build before a package that asks for torch)."""
+    import subprocess
+
+    python = os.path.join(venv, "bin", "python")
+    pins = [p for batch in batches for p in batch if "==" in p]
+    probe = "import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in %r))" % [
+        tuple(p.split("==")) for p in pins
+    ]
+
+    def pinned() -> bool:
+        return os.path.exists(python) and subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+
+    if not pinned():
+        log(f"making a virtual environment in {venv}: {', '.join(p for batch in batches for p in batch)}")
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True)
+        for batch in batches:
+            subprocess.run([python, "-m", "pip", "install", "-q", *batch], check=True)
+        if not pinned():
+            raise RuntimeError(f"the virtual environment in {venv} does not have {pins}")
+    return python
