@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -32,7 +31,18 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import argument_parser, fmt, logger, machine_info, own_venv, ratio, save_figure, write_report
+from common import (
+    argument_parser,
+    fmt,
+    logger,
+    machine_info,
+    median_of_measured,
+    median_of_reached,
+    own_venv,
+    ratio,
+    save_figure,
+    write_report,
+)
 from rejax_settings import SETTINGS, jaxflow_fields
 
 log = logger("device_vs_rejax")
@@ -110,11 +120,6 @@ def greedy_return(result: dict[str, Any]) -> float:
     return float(result.get("evaluation", {}).get("episode_return_mean", float("nan")))
 
 
-def median(runs: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in runs if r[key] is not None]
-    return statistics.median(values) if len(values) * 2 > len(runs) else None  # None: most missed it
-
-
 def measure(args: Any, python: str) -> list[dict[str, Any]]:
     rows = []
     for algo in args.algos:
@@ -125,8 +130,12 @@ def measure(args: Any, python: str) -> list[dict[str, Any]]:
                 runs["rejax"].append(run_rejax(python, algo, seeds, args.scale))
                 runs["jaxflow"].append(run_jaxflow(algo, seeds, args.scale, args.iterations_per_call))
             row = {"algo": algo, "seeds": seeds, "runs": runs, "target": SETTINGS[algo].target}
-            for key in ("steps_per_s", "to_target_s", "compile_s"):
-                row[key] = {lib: median(rs, key) for lib, rs in runs.items()}
+            for key, median in (
+                ("steps_per_s", median_of_measured),
+                ("to_target_s", median_of_reached),  # None where most runs missed the target
+                ("compile_s", median_of_measured),
+            ):
+                row[key] = {lib: median([r[key] for r in rs]) for lib, rs in runs.items()}
             row["ratio_steps_per_s"] = ratio(row["steps_per_s"]["jaxflow"], row["steps_per_s"]["rejax"])
             row["ratio_to_target"] = ratio(row["to_target_s"]["rejax"], row["to_target_s"]["jaxflow"])
             rows.append(row)

@@ -288,8 +288,8 @@ def _check_gpus(num_workers: int, per_worker: float) -> None:
 
 
 def _still_there(actors: list[Any], timeout_s: float) -> list[Any]:
-    """The actors that still answer a ping after ``timeout_s`` (all waited for together); the
-    others have exited (their pings failed)."""
+    """The actors whose ping (sent after everything asked of them) has no reply after
+    ``timeout_s``, all waited for together: the others have exited (their pings failed)."""
     if not actors:  # ray.wait would start (or join) a Ray for nothing: a run without workers has none
         return []
     pings = [h.ping.remote() for h in actors]
