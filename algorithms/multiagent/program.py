@@ -32,6 +32,11 @@ class ReplaySet:
     def __init__(self, replays: Mapping[str, Any]):
         self.replays = dict(replays)
 
+    def settle(self) -> None:
+        """Waits for every policy's calls to its shards still in flight."""
+        for r in self.replays.values():
+            r.settle()
+
     def save(self, directory: str) -> dict[str, dict[str, Any]]:
         """Every policy's shards under ``replay_<policy>/``; returns what ``meta.json`` records
         of them: each sub-directory's shards' sizes and capacities."""

@@ -141,11 +141,13 @@ class Algorithm:
     def save(self, directory: str) -> str:
         """Writes a checkpoint under ``directory``; returns its path, which the callbacks'
         ``on_checkpoint`` are given."""
+        files = self.program.files
+        if files is not None:  # replies still owed count into the counters read next
+            files.settle()
         meta = {"algorithm": self.spec.name, "config": to_json_dict(self.config), "context": self.context.state()}
         meta[IMPORTS_KEY] = imported_modules()  # the user's modules, imported again where it is restored
         recorded = getattr(self.program, "checkpoint_meta", None)  # a device-mode PBT run's best member
         meta.update(recorded() if recorded is not None else {})
-        files = self.program.files
         state = self.program.get_state()
         checkpoint_state.check_finite(state)
         path = checkpoint.save(directory, self.iteration, state, meta, None if files is None else files.save)

@@ -24,6 +24,10 @@ class CheckpointFiles(Protocol):
     """State a program keeps outside its pytree (replay contents), written into each
     checkpoint directory before the checkpoint is renamed into place."""
 
+    def settle(self) -> None:
+        """Waits for the writes to them still in flight (replay stores, priority updates), so
+        that they and the counters saved beside them agree; called before the counters are read."""
+
     def save(self, directory: str) -> Mapping[str, Any]:
         """Writes the files into ``directory``; returns what ``meta.json`` records of them (JSON)."""
 

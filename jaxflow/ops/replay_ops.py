@@ -9,6 +9,7 @@ directly: no Ray call, no pickling); a plan does not tell them apart.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,7 +34,11 @@ REPLAY_ITEMS_DROPPED = "replay_items_dropped"
 class _ShardCalls:
     """Calls to replay shards and the replies still owed: at most ``limit`` calls to shard
     actors in flight, the oldest waited for before another is sent (``limit=1`` waits for
-    every reply at once); a :class:`LocalReplay`'s shard is called directly, its reply at once."""
+    every reply at once); a :class:`LocalReplay`'s shard is called directly, its reply at once.
+
+    The shard actors' :class:`ReplayShards` is told to :meth:`flush` them before a checkpoint
+    (``ReplayShards.settle``): a threaded shard may export its contents before the calls still
+    in flight run, and their replies update the counters the checkpoint saves."""
 
     def __init__(self, shards: ReplayShards | LocalReplay, limit: int, wait_s: float = 0.0):
         if limit < 1:
@@ -42,6 +47,10 @@ class _ShardCalls:
         # A reply may take the shards' timeout plus what the call itself may wait in the shard.
         self.timeout_s = 0.0 if isinstance(shards, LocalReplay) else shards.timeout_s + wait_s
         self._pending: list[tuple[ray.ObjectRef, int, Any]] = []
+        # An asynchronous plan's thread calls while the driver's settles before a checkpoint.
+        self._lock = threading.Lock()
+        if isinstance(shards, ReplayShards):
+            shards.settle_before_saving(self.flush)
 
     def call(self, shard: int, method: str, args: tuple[Any, ...], on_reply: Callable[[Any], None]) -> None:
         """``method(*args)`` on shard ``shard``; ``on_reply`` gets its reply once it is in."""
@@ -50,13 +59,16 @@ class _ShardCalls:
                 getattr(self.shards.shard, method)(*(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args))
             )
             return
-        self._pending.append((getattr(self.shards.actors[shard], method).remote(*args), shard, on_reply))
-        while len(self._pending) >= self.limit:
-            self._settle(self._pending.pop(0))
+        with self._lock:
+            self._pending.append((getattr(self.shards.actors[shard], method).remote(*args), shard, on_reply))
+            while len(self._pending) >= self.limit:
+                self._settle(self._pending.pop(0))
 
     def flush(self) -> None:
-        while self._pending:
-            self._settle(self._pending.pop(0))
+        """Waits for every call still in flight and hands each reply to its ``on_reply``."""
+        with self._lock:
+            while self._pending:
+                self._settle(self._pending.pop(0))
 
     def _settle(self, call: tuple[ray.ObjectRef, int, Any]) -> None:
         ref, shard, on_reply = call
@@ -89,8 +101,8 @@ class StoreToReplay(Operator):
     shard that holds inserts back slows the producer down instead of letting calls queue
     without bound. ``replay_items_stored`` counts admitted items and
     ``replay_items_dropped`` those the shard's rate limiter refused within ``timeout_s``,
-    as the replies arrive; :meth:`flush` waits for all of them. A :class:`LocalReplay`
-    stores in the call and counts at once.
+    as the replies arrive; :meth:`flush` waits for all of them, which every checkpoint does
+    first (``ReplayShards.settle``). A :class:`LocalReplay` stores in the call and counts at once.
 
     Example:
         >>> store = ParallelRollouts(workers, mode="async").for_each(StoreToReplay(shards))  # doctest: +SKIP
@@ -194,7 +206,8 @@ class UpdatePriorities:
     priorities are ``|metrics["td_error"]| + priority_eps`` (Schaul et al., 2016: the epsilon that keeps
     every transition reachable). Returns the item unchanged. At most ``max_in_flight``
     updates await their replies (1: each waits), so invalid priorities surface here
-    rather than being lost; a shard restarted since the batch was drawn ignores them.
+    rather than being lost, and before a checkpoint (``ReplayShards.settle``) all are waited
+    for; a shard restarted since the batch was drawn ignores them.
 
     Example:
         >>> Dequeue(thread).for_each(UpdatePriorities(shards))  # doctest: +SKIP

@@ -102,6 +102,9 @@ class LocalReplay:
         beta = self.beta() if callable(self.beta) else self.beta
         return self.shard.sample(self.batch_size, float(beta), self.sample_wait_s)
 
+    def settle(self) -> None:
+        """Nothing to wait for: every call to the shard is answered in the call."""
+
     def saved_at(self, directory: str) -> None:
         """Nothing to remember: only a shard actor, restarted, reloads its last checkpoint."""
 

@@ -96,6 +96,8 @@ class ReplayShards:
         self._seeds = np.random.SeedSequence(seed).spawn(num_shards)
         self._args = (capacity, alpha, samples_per_insert, min_size_to_sample, error_buffer)
         self._generations = [0] * num_shards
+        # The replay operators' flushes of their calls in flight (shared with the views).
+        self._settlers: list[Callable[[], None]] = []
         self.actors: list[Any] = [self._create(i) for i in range(num_shards)]
 
     @property
@@ -125,6 +127,19 @@ class ReplayShards:
     def saved_at(self, directory: str) -> None:
         """Records that a checkpoint written by :meth:`save` now lives at ``directory``."""
         self._recovery["restore_from"] = directory
+
+    def settle_before_saving(self, flush: Callable[[], None]) -> None:
+        """Registers ``flush``, which waits for the calls to these shards an operator still has
+        in flight (stores, priority updates): :meth:`settle` calls it before every checkpoint."""
+        self._settlers.append(flush)
+
+    def settle(self) -> None:
+        """Waits for every call in flight that an operator registered with
+        :meth:`settle_before_saving`, so that a checkpoint's counters (counted as replies come
+        in) and the shards' contents agree: a threaded shard could otherwise export its
+        contents before stores in flight reach it, or after them but before they are counted."""
+        for flush in self._settlers:
+            flush()
 
     def _create(self, i: int, generation: int = 0) -> Any:
         capacity, alpha, spi, min_size, slack = self._args
@@ -215,8 +230,10 @@ class ReplayShards:
         The shards hand their contents to this process (all at once, through Ray's object
         store), which writes the files: ``directory`` need only be reachable from here, not
         from the nodes the shards run on. With ``on_failure="restart"`` a shard that died
-        since its last request is recreated (from the last checkpoint) and saved.
+        since its last request is recreated (from the last checkpoint) and saved. The calls
+        still in flight are settled first (:meth:`settle`).
         """
+        self.settle()
         refs = [a.export_state.remote() for a in self.actors]
         return {RECORD_KEY: [self._saved(directory, i, ref) for i, ref in enumerate(refs)]}
 

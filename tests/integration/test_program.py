@@ -35,7 +35,7 @@ class CounterProgram:
     def __init__(self, config: CounterConfig, spec: AlgorithmSpec, mode: str):
         assert mode == "counter"
         self.config, self.total, self.log, self.stopped = config, np.zeros((), np.int64), [], False
-        self.files = self  # CheckpointFiles: save / saved_at / load
+        self.files = self  # CheckpointFiles: settle / save / saved_at / load
         ctx = Context()
 
         def gen():
@@ -61,6 +61,9 @@ class CounterProgram:
 
     def stop(self) -> None:
         self.stopped = True
+
+    def settle(self) -> None:
+        """Nothing in flight: the log is written in the iteration."""
 
     def save(self, directory: str) -> None:
         with open(os.path.join(directory, "log.txt"), "w") as f:
