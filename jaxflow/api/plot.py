@@ -12,7 +12,6 @@ earlier plot of jaxflow's (marked in the image's metadata), never over any other
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -21,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from jaxflow.api.outputs import PLOT, PLOT_MARK, claim_output, written
-from jaxflow.config.fields import ConfigError
+from jaxflow.config.fields import ConfigError, did_you_mean
 
 PROGRESS_FILE = "progress.jsonl"
 X_KEYS = ("env_steps_sampled", "time_s", "training_iteration")
@@ -116,6 +115,5 @@ def _member_values(row: Mapping[str, Any], metric: str) -> np.ndarray:
 def _check_metric(run: str, rows: Sequence[Mapping[str, Any]], metric: str) -> None:
     known = sorted({k for row in rows for k, v in row.items() if isinstance(v, (int, float)) or v is None})
     if rows and metric not in known:
-        close = difflib.get_close_matches(metric, known, n=3)
-        hint = f" Did you mean {close}?" if close else ""
+        hint = did_you_mean(metric, known)
         raise ConfigError(f"{run!r} has no metric {metric!r}.{hint} Its metrics: {', '.join(known)}.")

@@ -8,19 +8,22 @@ its metadata (``pyproject.toml``) and which any other installed distribution can
 
 from __future__ import annotations
 
-import difflib
 import functools
 from importlib import metadata
 from typing import TYPE_CHECKING
 
 from jaxflow.config.common import CommonConfig
-from jaxflow.config.fields import ConfigError
+from jaxflow.config.fields import ConfigError, did_you_mean
 
 if TYPE_CHECKING:  # the spec module imports JAX; `jaxflow list` names algorithms from its cache without it
     from jaxflow.api.spec import AlgorithmSpec
 
 ENTRY_POINT_GROUP = "jaxflow.algorithms"
 """Entry points ``NAME = "module:SPEC"`` of every installed algorithm."""
+
+UNKNOWN_ALGORITHM_CUTOFF = 0.4
+"""How alike an algorithm's name must be to be offered for an unknown one: lower than for a
+field, since the names are short (one letter off in ``PPO`` leaves difflib's ratio at 0.67)."""
 
 _ALGORITHMS: dict[str, AlgorithmSpec] = {}
 
@@ -70,8 +73,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
 def unknown_algorithm(name: str, known: list[str], available: list[str]) -> ConfigError:
     """The error for ``name``, no algorithm: the closest of ``known`` (upper-case names) and every
     one of ``available`` (those ``--algo`` takes)."""
-    close = difflib.get_close_matches(name.upper(), known, n=3, cutoff=0.4)
-    hint = f" Did you mean {close}?" if close else ""
+    hint = did_you_mean(name.upper(), known, cutoff=UNKNOWN_ALGORITHM_CUTOFF)
     return ConfigError(f"Unknown algorithm {name!r}.{hint} Available: {', '.join(available)}.")
 
 

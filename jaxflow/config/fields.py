@@ -9,11 +9,12 @@ field and the allowed values.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 
@@ -172,6 +173,29 @@ def require(condition: bool, message: str) -> None:
     """Raises :class:`ConfigError` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise ConfigError(message)
+
+
+CLOSE_NAMES = 3
+"""The most names a :func:`did_you_mean` hint offers."""
+CLOSE_ENOUGH = 0.6
+"""How alike (``difflib``'s ratio, its default cutoff) a name must be to be offered."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = CLOSE_ENOUGH) -> str:
+    """The hint of an error naming something unknown: the up to :data:`CLOSE_NAMES` of
+    ``candidates`` closest to ``name``, closest first, quoted and joined with "or", after a
+    space, to follow the error's first sentence; "" when none is close enough.
+
+    >>> did_you_mean("lr_", ["lr", "lr_end", "gamma"])
+    " Did you mean 'lr' or 'lr_end'?"
+    >>> did_you_mean("gamm", ["gamma"]), did_you_mean("zzz", ["gamma"])
+    (" Did you mean 'gamma'?", '')
+    """
+    close = [repr(c) for c in difflib.get_close_matches(name, list(candidates), n=CLOSE_NAMES, cutoff=cutoff)]
+    if not close:
+        return ""
+    names = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+    return f" Did you mean {names}?"
 
 
 def field_names(cls: type) -> list[str]:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
 import functools
 from typing import Any, TypeVar
 
-from jaxflow.config.fields import Check, ConfigError, _hints, field_names, require
+from jaxflow.config.fields import Check, ConfigError, _hints, did_you_mean, field_names, require
 
 C = TypeVar("C")
 
@@ -78,8 +77,7 @@ def _resolve(cls: Any, name: str) -> Path:
 
 def unknown_field(cls: type, name: str, candidates: list[str]) -> ConfigError:
     """The error for a name that is no field of ``cls``: the closest ``candidates`` and every flat name."""
-    close = difflib.get_close_matches(name, candidates, n=3)
-    hint = f" Did you mean {close}?" if close else ""
+    hint = did_you_mean(name, candidates)
     return ConfigError(f"{cls.__name__} has no field {name!r}.{hint} Fields: {', '.join(flat_names(cls))}.")
 
 
@@ -92,7 +90,7 @@ class StrictKeywords:
     >>> OptimizerConfig(lrr=0.1)
     Traceback (most recent call last):
     ...
-    jaxflow.config.fields.ConfigError: OptimizerConfig has no field 'lrr'. Did you mean ['lr']? Fields: lr, max_grad_norm, on_nonfinite.
+    jaxflow.config.fields.ConfigError: OptimizerConfig has no field 'lrr'. Did you mean 'lr'? Fields: lr, max_grad_norm, on_nonfinite.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:

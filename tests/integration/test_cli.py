@@ -42,11 +42,11 @@ MULTIAGENT_FILES = {
 # Each bad command line: the words after `jaxflow` ({tmp}: a folder holding MULTIAGENT_FILES,
 # an empty folder `empty` and a run's folder `run`) and a fragment of its one line.
 BAD_INPUT = [
-    (["train", "--algo", "PPX"], "Unknown algorithm 'PPX'. Did you mean ['PPO'"),
+    (["train", "--algo", "PPX"], "Unknown algorithm 'PPX'. Did you mean 'PPO'"),
     (["train", "--algo", "ppo", "--env", "CartPol-v1"], "Did you mean one of ['CartPole-v1'"),
     (["train", "--algo", "ppo", "--env", "gymnax/Nope-v1"], "Unknown environment 'gymnax/Nope-v1'"),
     (["train", "--algo", "ppo", "--env", "multiagent/Coordination-v0"], "is a multi-agent environment"),
-    (["train", "--algo", "ppo", "--set", "lrr=0.1"], "has no field 'lrr'. Did you mean ['lr']"),
+    (["train", "--algo", "ppo", "--set", "lrr=0.1"], "has no field 'lrr'. Did you mean 'lr'?"),
     (["train", "--algo", "ppo", "--set", "lr=-1"], "PPOConfig.lr must satisfy 0 < value, got -1.0"),
     (["train", "--algo", "ppo", "--set", "lr=inf"], "PPOConfig.lr must be a finite number, got inf"),
     (["train", "--algo", "ppo", "--set", "max_grad_norm=inf"], "PPOConfig.max_grad_norm must be a finite number"),

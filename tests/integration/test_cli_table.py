@@ -158,10 +158,10 @@ CASES = [
     ([*PPO, "--set", "num_workers=-2"], "PPOConfig.num_workers must satisfy 0 <= value, got -2"),
     # Unknown names.
     (["list", "--algo", "NOPE"], "Unknown algorithm 'NOPE'."),
-    (["list", "--algo", "PP0"], "Unknown algorithm 'PP0'. Did you mean ['PPO'"),
+    (["list", "--algo", "PP0"], "Unknown algorithm 'PP0'. Did you mean 'PPO'"),
     (["list", "--algo", "NOPE"], "Available: A2C, A3C, APEX"),
     (["list", "--fields"], "list --fields needs --algo NAME"),
-    (["list", "--algo", "PPX", "--fields"], "Unknown algorithm 'PPX'. Did you mean ['PPO'"),
+    (["list", "--algo", "PPX", "--fields"], "Unknown algorithm 'PPX'. Did you mean 'PPO'"),
     (["list", "--algo", "PPO", "--fields", "--kind", "gymnax"], "list --fields shows one algorithm's settings"),
     # Counts of the command line's own.
     ([*PPO, "--keep-checkpoints", "-1"], "--keep-checkpoints: must be an integer >= 0, got '-1'"),

@@ -120,7 +120,7 @@ def test_ppo_and_dqn_policies_train_together_at_their_own_frequencies(ray_local,
         ),
         (
             dict(policies={"ppo": {"algorithm": "PPO", "config": {"clip": 0.1}}, "dqn": {"algorithm": "DQN"}}),
-            "PPOConfig has no field 'clip'. Did you mean ['vf_clip', 'clip_eps']",
+            "PPOConfig has no field 'clip'. Did you mean 'vf_clip' or 'clip_eps'?",
         ),
     ],
 )

@@ -218,7 +218,7 @@ def no_ray(monkeypatch):
     "words, message",
     [
         (["--search", "lr=loguniform(1e-4"], "--search 'lr=loguniform(1e-4' does not parse; write FIELD=loguniform"),
-        (["--search", "lrr=loguniform(1e-4,1e-2)"], "has no field 'lrr'. Did you mean ['lr']"),
+        (["--search", "lrr=loguniform(1e-4,1e-2)"], "has no field 'lrr'. Did you mean 'lr'?"),
         (["--set", "clip=0.1"], "has no field 'clip'"),
         (["--scheduler", "hyperband"], "--scheduler 'hyperband' is not one of ['fifo', 'asha', 'pbt']"),
         (["--scheduler", "asha", "--stop", "time_s=60"], "asha needs --stop training_iteration=N"),

@@ -71,7 +71,7 @@ def test_plot_draws_one_line_per_run_and_writes_the_png(runs, tmp_path):
     [
         (
             dict(metric="episode_retrun_mean"),
-            r"has no metric 'episode_retrun_mean'. Did you mean \['episode_return_mean'\]",
+            r"has no metric 'episode_retrun_mean'. Did you mean 'episode_return_mean'\?",
         ),
         (dict(metric="episode_return_mean", x="steps"), r"--x must be one of \['env_steps_sampled'"),
     ],

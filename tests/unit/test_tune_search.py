@@ -54,7 +54,7 @@ def test_dims_become_tunes_domains():
         ("lr=loguniform(1e-4,1e-2", "--search 'lr=loguniform(1e-4,1e-2' does not parse; write FIELD=loguniform"),
         ("lr", "--search 'lr' does not parse"),
         ("lr=normal(0,1)", "unknown kind 'normal'; write FIELD=loguniform(LOW,HIGH)"),
-        ("lrr=uniform(0.1,0.2)", "has no field 'lrr'. Did you mean ['lr']"),
+        ("lrr=uniform(0.1,0.2)", "has no field 'lrr'. Did you mean 'lr'?"),
         ("lr=loguniform(1e-4)", "loguniform takes two floats (LOW,HIGH)"),
         ("lr=uniform(a,b)", "uniform takes two floats (LOW,HIGH)"),
         ("num_epochs=randint(1.5,3)", "randint takes two ints (LOW,HIGH)"),
